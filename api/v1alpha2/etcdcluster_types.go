@@ -1,0 +1,285 @@
+package v1alpha2
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Messages of the CEL rules on auth, exported so that tests and tools can match
+// them.
+const (
+	MsgAuthRequiresClientTLS      = "auth.enabled requires tls.client: etcd would otherwise receive the root password in clear text"
+	MsgAuthRequiresCredentialsRef = "auth.enabled requires auth.rootCredentialsSecretRef: name a kubernetes.io/basic-auth Secret holding the root password"
+	MsgAuthAddRemove              = "auth cannot be added or removed after creation: create a new cluster (or restore a snapshot into one) to change it"
+	MsgAuthImmutable              = "auth is immutable after creation: create a new cluster (or restore a snapshot into one) to change it"
+)
+
+// EtcdClusterSpec is the desired state of an etcd cluster.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.replicas) && self.replicas == 0 && has(self.storage) && has(self.storage.medium) && self.storage.medium == 'Memory')",message="replicas: 0 (pause) is not supported with storage.medium: Memory, because tmpfs data does not survive a pause; use PVC storage to pause a cluster"
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.medium) || self.storage.medium != 'Memory' || (has(self.storage.size) && quantity(string(self.storage.size)).isGreaterThan(quantity('0')))",message="storage.size must be greater than zero when storage.medium is Memory: it is the tmpfs size limit"
+// +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls cannot be added or removed after creation: create a new cluster to change transport security"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(oldSelf.tls) || self.tls == oldSelf.tls",message="tls is immutable after creation: create a new cluster to change transport security"
+// +kubebuilder:validation:XValidation:rule="(has(self.storage) && has(self.storage.storageClassName)) == (has(oldSelf.storage) && has(oldSelf.storage.storageClassName))",message="storage.storageClassName cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!(has(self.storage) && has(self.storage.storageClassName) && has(oldSelf.storage) && has(oldSelf.storage.storageClassName)) || self.storage.storageClassName == oldSelf.storage.storageClassName",message="storage.storageClassName is immutable after creation"
+// +kubebuilder:validation:XValidation:rule="has(self.auth) == has(oldSelf.auth)",message="auth cannot be added or removed after creation: create a new cluster (or restore a snapshot into one) to change it"
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !has(oldSelf.auth) || self.auth == oldSelf.auth",message="auth is immutable after creation: create a new cluster (or restore a snapshot into one) to change it"
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || (has(self.tls) && has(self.tls.client))",message="auth.enabled requires tls.client: etcd would otherwise receive the root password in clear text"
+// +kubebuilder:validation:XValidation:rule="!has(self.auth) || !has(self.auth.enabled) || !self.auth.enabled || has(self.auth.rootCredentialsSecretRef)",message="auth.enabled requires auth.rootCredentialsSecretRef: name a kubernetes.io/basic-auth Secret holding the root password"
+// +kubebuilder:validation:XValidation:rule="has(self.bootstrap) == has(oldSelf.bootstrap)",message="bootstrap cannot be added or removed after creation: it only applies when the cluster is first formed"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrap) || !has(oldSelf.bootstrap) || self.bootstrap == oldSelf.bootstrap",message="bootstrap is immutable after creation: it only applies when the cluster is first formed"
+// +kubebuilder:validation:XValidation:rule="!(has(self.bootstrap) && has(self.bootstrap.restore) && has(self.storage) && has(self.storage.medium) && self.storage.medium == 'Memory')",message="bootstrap.restore is not supported with storage.medium: Memory; use PVC storage to restore a snapshot"
+type EtcdClusterSpec struct {
+	// Replicas is the number of etcd members. 0 pauses the cluster: the last
+	// member goes dormant, keeping its volume and identity.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Version of etcd, such as 3.6.16. The image tag is v<version>.
+	// +kubebuilder:validation:Pattern=`^\d+\.\d+\.\d+$`
+	Version string `json:"version"`
+
+	// Storage of every member's data directory.
+	// +kubebuilder:default={size: "1Gi", medium: ""}
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// ProgressDeadlineSeconds bounds how long the operator works towards a
+	// target before it reports DeadlineExceeded (or BootstrapFailed) and adopts a
+	// newer spec if there is one.
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
+
+	// TLS of the client and peer planes. Immutable after creation.
+	// +optional
+	TLS *EtcdClusterTLS `json:"tls,omitempty"`
+
+	// Auth turns on etcd authentication with a single root user. Immutable after
+	// creation.
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
+
+	// Bootstrap options, applied only when the cluster first forms. Immutable.
+	// +optional
+	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
+
+	// Resources of the etcd container. When empty, requests of 100m CPU and
+	// 128Mi memory are used.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// AdditionalMetadata is merged onto the objects the operator creates.
+	// +optional
+	AdditionalMetadata *AdditionalMetadata `json:"additionalMetadata,omitempty"`
+
+	// Affinity of member Pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// TopologySpreadConstraints of member Pods.
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// Options are typed etcd flags.
+	// +optional
+	Options *EtcdOptions `json:"options,omitempty"`
+
+	// ImagePullSecrets of member Pods.
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// EtcdClusterTLS configures transport security.
+type EtcdClusterTLS struct {
+	// Client is the client plane (port 2379).
+	// +optional
+	Client *ClientTLS `json:"client,omitempty"`
+	// Peer is the peer plane (port 2380); always mutual TLS when set.
+	// +optional
+	Peer *PeerTLS `json:"peer,omitempty"`
+}
+
+// ClientTLS configures the client plane from own Secrets or cert-manager.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.serverSecretRef) != has(self.certManager)",message="tls.client: set exactly one of serverSecretRef or certManager"
+// +kubebuilder:validation:XValidation:rule="!(has(self.operatorClientSecretRef) && has(self.certManager))",message="tls.client: operatorClientSecretRef cannot be combined with certManager; use certManager.operatorClientIssuerRef instead"
+type ClientTLS struct {
+	// ServerSecretRef names a Secret with tls.crt, tls.key and ca.crt for the
+	// etcd server.
+	// +optional
+	ServerSecretRef *corev1.LocalObjectReference `json:"serverSecretRef,omitempty"`
+	// OperatorClientSecretRef names a Secret with tls.crt and tls.key that the
+	// operator presents to etcd. Setting it turns on client certificate auth.
+	// +optional
+	OperatorClientSecretRef *corev1.LocalObjectReference `json:"operatorClientSecretRef,omitempty"`
+	// CertManager issues the certificates instead.
+	// +optional
+	CertManager *ClientCertManager `json:"certManager,omitempty"`
+}
+
+// ClientCertManager issues client-plane certificates through cert-manager.
+type ClientCertManager struct {
+	// ServerIssuerRef signs the server certificate (Secret <cluster>-server-tls).
+	ServerIssuerRef IssuerReference `json:"serverIssuerRef"`
+	// OperatorClientIssuerRef signs the operator's client certificate (Secret
+	// <cluster>-operator-client-tls). Setting it turns on client certificate auth.
+	// +optional
+	OperatorClientIssuerRef *IssuerReference `json:"operatorClientIssuerRef,omitempty"`
+}
+
+// PeerTLS configures the peer plane from an own Secret or cert-manager.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.secretRef) != has(self.certManager)",message="tls.peer: set exactly one of secretRef or certManager"
+type PeerTLS struct {
+	// SecretRef names a Secret with tls.crt, tls.key and ca.crt.
+	// +optional
+	SecretRef *corev1.LocalObjectReference `json:"secretRef,omitempty"`
+	// CertManager issues the peer certificate instead.
+	// +optional
+	CertManager *PeerCertManager `json:"certManager,omitempty"`
+}
+
+// PeerCertManager issues the peer certificate through cert-manager.
+type PeerCertManager struct {
+	// IssuerRef signs the peer certificate (Secret <cluster>-peer-tls).
+	IssuerRef IssuerReference `json:"issuerRef"`
+}
+
+// IssuerKind is the kind of a cert-manager issuer.
+// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+type IssuerKind string
+
+// IssuerReference names a cert-manager Issuer or ClusterIssuer.
+type IssuerReference struct {
+	// Name of the issuer.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Kind of the issuer.
+	// +kubebuilder:default=Issuer
+	// +optional
+	Kind IssuerKind `json:"kind,omitempty"`
+}
+
+// AuthSpec configures etcd authentication.
+type AuthSpec struct {
+	// Enabled turns on etcd auth with the single user root.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+	// RootCredentialsSecretRef names a kubernetes.io/basic-auth Secret whose
+	// password key is the root password.
+	// +optional
+	RootCredentialsSecretRef *corev1.LocalObjectReference `json:"rootCredentialsSecretRef,omitempty"`
+}
+
+// BootstrapSpec configures how a cluster first forms.
+type BootstrapSpec struct {
+	// Restore seeds the first member's data directory from a snapshot.
+	// +optional
+	Restore *RestoreSpec `json:"restore,omitempty"`
+}
+
+// RestoreSpec names the snapshot a new cluster is restored from.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.source.s3) || (has(self.source.s3.key) && size(self.source.s3.key) > 0)",message="bootstrap.restore.source.s3.key must name the snapshot object to restore"
+// +kubebuilder:validation:XValidation:rule="!has(self.source.pvc) || (has(self.source.pvc.subPath) && size(self.source.pvc.subPath) > 0)",message="bootstrap.restore.source.pvc.subPath must name the snapshot file to restore"
+type RestoreSpec struct {
+	// Source of the snapshot.
+	Source SnapshotLocation `json:"source"`
+}
+
+// ObservedClusterSpec is the target the operator has latched and works towards.
+type ObservedClusterSpec struct {
+	// Replicas latched from the spec.
+	Replicas int32 `json:"replicas"`
+	// Version latched from the spec.
+	Version string `json:"version"`
+	// Storage latched from the spec.
+	Storage StorageSpec `json:"storage"`
+	// Resources latched from the spec.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Affinity latched from the spec.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+	// TopologySpreadConstraints latched from the spec.
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+	// AdditionalMetadata latched from the spec.
+	// +optional
+	AdditionalMetadata *AdditionalMetadata `json:"additionalMetadata,omitempty"`
+	// Options latched from the spec.
+	// +optional
+	Options *EtcdOptions `json:"options,omitempty"`
+	// ImagePullSecrets latched from the spec.
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// EtcdClusterStatus is the observed state of an etcd cluster.
+type EtcdClusterStatus struct {
+	// ReadyMembers counts running members whose Ready condition is True.
+	// +optional
+	ReadyMembers int32 `json:"readyMembers,omitempty"`
+	// Selector selects the member Pods; it backs the /scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+	// BrokenMembers counts members the operator found lost and is replacing.
+	// +optional
+	BrokenMembers int32 `json:"brokenMembers,omitempty"`
+	// ClusterID is etcd's cluster ID in 16-digit hex, latched once discovered.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+	// ClusterToken is the --initial-cluster-token, latched at first reconcile.
+	// +optional
+	ClusterToken string `json:"clusterToken,omitempty"`
+	// AuthEnabled is latched true once etcd auth was enabled.
+	// +optional
+	AuthEnabled bool `json:"authEnabled,omitempty"`
+	// Observed is the latched target.
+	// +optional
+	Observed *ObservedClusterSpec `json:"observed,omitempty"`
+	// ProgressDeadline is when work towards the latched target is given up.
+	// Patch it into the past to escalate at once.
+	// +optional
+	ProgressDeadline *metav1.Time `json:"progressDeadline,omitempty"`
+	// Conditions: Available, Progressing, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EtcdCluster is an etcd cluster run by the operator.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.readyMembers,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyMembers`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EtcdCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   EtcdClusterSpec   `json:"spec"`
+	Status EtcdClusterStatus `json:"status,omitempty"`
+}
+
+// EtcdClusterList is a list of EtcdCluster.
+//
+// +kubebuilder:object:root=true
+type EtcdClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&EtcdCluster{}, &EtcdClusterList{})
+}

@@ -1,0 +1,82 @@
+package v1alpha2
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SnapshotPhase is where a snapshot is in its life.
+// +kubebuilder:validation:Enum=Pending;Started;Complete;Failed
+type SnapshotPhase string
+
+// Snapshot phases. Complete and Failed are terminal.
+const (
+	SnapshotPending  SnapshotPhase = "Pending"
+	SnapshotStarted  SnapshotPhase = "Started"
+	SnapshotComplete SnapshotPhase = "Complete"
+	SnapshotFailed   SnapshotPhase = "Failed"
+)
+
+// EtcdSnapshotSpec asks for one snapshot of a cluster.
+type EtcdSnapshotSpec struct {
+	// ClusterRef names the EtcdCluster in the same namespace.
+	ClusterRef corev1.LocalObjectReference `json:"clusterRef"`
+	// Destination of the snapshot file.
+	Destination SnapshotLocation `json:"destination"`
+}
+
+// SnapshotArtifact describes a stored snapshot.
+type SnapshotArtifact struct {
+	// URI of the snapshot: s3://bucket/key or file:///path.
+	URI string `json:"uri"`
+	// SizeBytes of the snapshot file.
+	// +optional
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Checksum is sha256:<hex> of the snapshot file.
+	// +optional
+	Checksum string `json:"checksum,omitempty"`
+}
+
+// EtcdSnapshotStatus is the progress of a snapshot.
+type EtcdSnapshotStatus struct {
+	// Phase of the snapshot.
+	// +optional
+	Phase SnapshotPhase `json:"phase,omitempty"`
+	// Artifact is set when the snapshot is Complete.
+	// +optional
+	Artifact *SnapshotArtifact `json:"artifact,omitempty"`
+	// Conditions: Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EtcdSnapshot is a one-shot snapshot of an etcd cluster to S3 or a PVC.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type EtcdSnapshot struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   EtcdSnapshotSpec   `json:"spec"`
+	Status EtcdSnapshotStatus `json:"status,omitempty"`
+}
+
+// EtcdSnapshotList is a list of EtcdSnapshot.
+//
+// +kubebuilder:object:root=true
+type EtcdSnapshotList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdSnapshot `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&EtcdSnapshot{}, &EtcdSnapshotList{})
+}

@@ -1,0 +1,134 @@
+package v1alpha2
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// StorageMedium selects where a member keeps its data directory.
+// +kubebuilder:validation:Enum="";Memory
+type StorageMedium string
+
+const (
+	// StorageMediumDefault keeps the data directory on a PersistentVolumeClaim.
+	StorageMediumDefault StorageMedium = ""
+	// StorageMediumMemory keeps the data directory on a tmpfs emptyDir. A lost Pod
+	// means a lost member, which the operator replaces with a fresh identity.
+	StorageMediumMemory StorageMedium = "Memory"
+)
+
+// StorageSpec describes the data directory of every member.
+type StorageSpec struct {
+	// Size is the PVC request, or the tmpfs sizeLimit when medium is Memory.
+	// It may grow but never shrink.
+	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0",message="storage.size cannot shrink: set it to the current size or larger"
+	// +optional
+	Size resource.Quantity `json:"size,omitempty"`
+
+	// Medium is "" for a PersistentVolumeClaim or "Memory" for tmpfs. Immutable.
+	// +kubebuilder:default=""
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storage.medium is immutable: create a new cluster to change where data lives"
+	// +optional
+	Medium StorageMedium `json:"medium,omitempty"`
+
+	// StorageClassName of the member PVCs. Unset uses the default StorageClass;
+	// "" disables dynamic provisioning. Ignored when medium is Memory. Cannot be
+	// added, removed or changed after creation.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// AdditionalMetadata is merged onto the objects the operator creates. Keys the
+// operator sets itself win, and keys under the etcd-operator.cozystack.io/ prefix
+// are dropped.
+type AdditionalMetadata struct {
+	// Labels to add.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// Annotations to add.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// AutoCompactionMode is etcd's --auto-compaction-mode.
+// +kubebuilder:validation:Enum=periodic;revision
+type AutoCompactionMode string
+
+const (
+	// AutoCompactionPeriodic compacts by time.
+	AutoCompactionPeriodic AutoCompactionMode = "periodic"
+	// AutoCompactionRevision compacts by revision count.
+	AutoCompactionRevision AutoCompactionMode = "revision"
+)
+
+// EtcdOptions is the closed, typed set of etcd flags a user may set.
+type EtcdOptions struct {
+	// QuotaBackendBytes is --quota-backend-bytes.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	QuotaBackendBytes *int64 `json:"quotaBackendBytes,omitempty"`
+
+	// AutoCompactionMode is --auto-compaction-mode.
+	// +optional
+	AutoCompactionMode AutoCompactionMode `json:"autoCompactionMode,omitempty"`
+
+	// AutoCompactionRetention is --auto-compaction-retention: a duration such as
+	// "1h" or "30m", or a plain number (hours in periodic mode, revisions in
+	// revision mode).
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$|^[0-9]+$`
+	// +optional
+	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
+
+	// SnapshotCount is --snapshot-count.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	SnapshotCount *int64 `json:"snapshotCount,omitempty"`
+}
+
+// SnapshotLocation is where a snapshot is written to or restored from: exactly
+// one of s3 or pvc.
+// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.pvc)",message="set exactly one of s3 or pvc"
+type SnapshotLocation struct {
+	// S3 is an S3-compatible object store.
+	// +optional
+	S3 *S3Location `json:"s3,omitempty"`
+	// PVC is a PersistentVolumeClaim in the same namespace.
+	// +optional
+	PVC *PVCLocation `json:"pvc,omitempty"`
+}
+
+// S3Location addresses an object, or a key prefix, in an S3-compatible store.
+type S3Location struct {
+	// Endpoint URL of the store, for example https://s3.example.com.
+	// +kubebuilder:validation:MinLength=1
+	Endpoint string `json:"endpoint"`
+	// Bucket name.
+	// +kubebuilder:validation:MinLength=1
+	Bucket string `json:"bucket"`
+	// Key is a prefix when writing a snapshot, and the exact object key when
+	// restoring one.
+	// +optional
+	Key string `json:"key,omitempty"`
+	// CredentialsSecretRef names a Secret with the keys AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY.
+	CredentialsSecretRef corev1.LocalObjectReference `json:"credentialsSecretRef"`
+	// Region of the bucket; us-east-1 when unset.
+	// +optional
+	Region string `json:"region,omitempty"`
+	// ForcePathStyle addresses the bucket in the URL path instead of the host
+	// name (MinIO, Ceph RGW).
+	// +optional
+	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
+}
+
+// PVCLocation addresses a directory, or a file, on a PersistentVolumeClaim.
+type PVCLocation struct {
+	// ClaimName of the PVC in the same namespace.
+	// +kubebuilder:validation:MinLength=1
+	ClaimName string `json:"claimName"`
+	// SubPath is a subdirectory when writing a snapshot, and the exact file path
+	// when restoring one.
+	// +optional
+	SubPath string `json:"subPath,omitempty"`
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Builds the pinned toolchain from the Go module proxy into a per-user cache.
+#
+#   hack/tools.sh            build what is missing, print the bin directory last
+#   hack/tools.sh --dir      print the bin directory only (builds nothing)
+#
+# Layout under $ETCD_OPERATOR_TOOLS (default $HOME/.cache/etcd-operator/tools):
+#   kubernetes/v<ver>/{kube-apiserver,kube-controller-manager,kube-scheduler}
+#   etcd/v<ver>/{etcd,etcdctl,etcdutl}          one directory per supported release
+#   golangci-lint/v<ver>/golangci-lint
+#   bin/                                        symlinks to the default versions
+#
+# Every tool is built in a temporary directory and renamed into place under a
+# lock, so concurrent runs and interrupted builds never leave a half-built tool.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+
+root=${ETCD_OPERATOR_TOOLS:-$HOME/.cache/etcd-operator/tools}
+bin=$root/bin
+read -r -a etcd_versions <<<"$ETCD_VERSIONS"
+default_etcd=${etcd_versions[0]}
+
+kube_dir=$root/kubernetes/v$KUBERNETES_VERSION
+lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
+
+if [[ ${1:-} == --dir ]]; then
+	echo "$bin"
+	exit 0
+fi
+
+# complete reports whether every expected file is in place, so a warm run does
+# no work and takes no lock.
+complete() {
+	local f
+	for f in "$kube_dir"/kube-{apiserver,controller-manager,scheduler} "$lint_dir/golangci-lint"; do
+		[[ -x $f ]] || return 1
+	done
+	for v in "${etcd_versions[@]}"; do
+		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
+	done
+	for f in kube-apiserver kube-controller-manager kube-scheduler etcd etcdctl etcdutl golangci-lint; do
+		[[ -x $bin/$f ]] || return 1
+	done
+	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
+	[[ $(readlink "$bin/kube-apiserver") == "$kube_dir/kube-apiserver" ]] || return 1
+	[[ $(readlink "$bin/golangci-lint") == "$lint_dir/golangci-lint" ]] || return 1
+}
+
+if complete; then
+	echo "$bin"
+	exit 0
+fi
+
+mkdir -p "$root"
+exec 9>"$root/.lock"
+flock 9
+
+work=$(mktemp -d "$root/.build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+log=$root/build.log
+: >"$log"
+
+# fail prints one line naming the module that could not be built, and exits.
+fail() {
+	local module=$1
+	local reason
+	reason=$(grep -m1 -iE 'dial tcp|no such host|connection refused|timeout|proxy|not found|unknown revision|go: ' "$log" || tail -n1 "$log")
+	echo "tools: cannot build $module: ${reason:-see $log} (full log: $log)" >&2
+	exit 1
+}
+
+# gobuild runs the go command with the environment every tool build shares.
+gobuild() {
+	CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off go "$@" >>"$log" 2>&1
+}
+
+# install_dir renames a freshly built directory into its versioned place.
+install_dir() {
+	local from=$1 to=$2
+	mkdir -p "$(dirname "$to")"
+	rm -rf "$to.old"
+	[[ -e $to ]] && mv "$to" "$to.old"
+	mv "$from" "$to"
+	rm -rf "$to.old"
+}
+
+build_kubernetes() {
+	local v=$KUBERNETES_VERSION mod=k8s.io/kubernetes@v$KUBERNETES_VERSION
+	local minor=${v#*.}
+	minor=${minor%%.*}
+	[[ -x $kube_dir/kube-apiserver && -x $kube_dir/kube-controller-manager && -x $kube_dir/kube-scheduler ]] && return
+	echo "tools: building kubernetes v$v control plane (several minutes on a cold cache)" >&2
+	local w=$work/kubernetes
+	mkdir -p "$w/out"
+	gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$mod" 2>>"$log" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p') || true
+	[[ -n $gomod && -f $gomod ]] || fail "$mod"
+	{
+		echo "module etcd-operator.local/kubernetes-tools"
+		echo "go 1.26"
+		echo "require k8s.io/kubernetes v$v"
+		# Each staging module is replaced by a relative path in kubernetes' own
+		# go.mod; point it at the published v0.x release of the same minor.
+		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 v0.'"$minor"'.'"${v##*.}"'#p' "$gomod"
+	} >"$w/go.mod"
+	local ld="-s -w -X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+	ld+=" -X k8s.io/client-go/pkg/version.gitVersion=v$v -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+	(cd "$w" && gobuild get "k8s.io/kubernetes/cmd/kube-apiserver@v$v") || fail "$mod"
+	local c
+	for c in kube-apiserver kube-controller-manager kube-scheduler; do
+		(cd "$w" && gobuild build -trimpath -ldflags "$ld" -o "out/$c" "k8s.io/kubernetes/cmd/$c") || fail "$mod ($c)"
+	done
+	install_dir "$w/out" "$kube_dir"
+}
+
+build_etcd() {
+	local v=$1 dir=$root/etcd/v$1
+	[[ -x $dir/etcd && -x $dir/etcdctl && -x $dir/etcdutl ]] && return
+	echo "tools: building etcd v$v" >&2
+	local w=$work/etcd-$v
+	mkdir -p "$w/out"
+	printf 'module etcd-operator.local/etcd-tools\n\ngo 1.26\n' >"$w/go.mod"
+	local m
+	for m in server etcdctl etcdutl; do
+		(cd "$w" && gobuild get "go.etcd.io/etcd/$m/v3@v$v") || fail "go.etcd.io/etcd/$m/v3@v$v"
+	done
+	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/etcd go.etcd.io/etcd/server/v3) || fail "go.etcd.io/etcd/server/v3@v$v"
+	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/etcdctl go.etcd.io/etcd/etcdctl/v3) || fail "go.etcd.io/etcd/etcdctl/v3@v$v"
+	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/etcdutl go.etcd.io/etcd/etcdutl/v3) || fail "go.etcd.io/etcd/etcdutl/v3@v$v"
+	install_dir "$w/out" "$dir"
+}
+
+build_golangci_lint() {
+	local v=$GOLANGCI_LINT_VERSION mod=github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$GOLANGCI_LINT_VERSION
+	[[ -x $lint_dir/golangci-lint ]] && return
+	echo "tools: building golangci-lint v$v" >&2
+	local w=$work/golangci-lint
+	mkdir -p "$w/out"
+	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath "$mod") || fail "$mod"
+	install_dir "$w/out" "$lint_dir"
+}
+
+# link points bin/<name> at target, replacing any older link atomically.
+link() {
+	ln -sfn "$2" "$bin/.$1.tmp"
+	mv -T "$bin/.$1.tmp" "$bin/$1"
+}
+
+build_kubernetes
+for v in "${etcd_versions[@]}"; do build_etcd "$v"; done
+build_golangci_lint
+
+mkdir -p "$bin"
+for c in kube-apiserver kube-controller-manager kube-scheduler; do link "$c" "$kube_dir/$c"; done
+for c in etcd etcdctl etcdutl; do link "$c" "$root/etcd/v$default_etcd/$c"; done
+link golangci-lint "$lint_dir/golangci-lint"
+
+echo "$bin"

@@ -1,0 +1,219 @@
+package api
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+)
+
+// celCase is one manifest sent to the API server. With update set, spec is
+// created first (and must be accepted), then replaced by update; the verdict
+// applies to that second request. reject is a part of the expected message;
+// empty means the request must be accepted.
+type celCase struct {
+	name   string
+	kind   string
+	spec   string
+	update string
+	reject string
+}
+
+const (
+	cluster  = "EtcdCluster"
+	member   = "EtcdMember"
+	snapshot = "EtcdSnapshot"
+	defrag   = "EtcdDefrag"
+)
+
+// Specs shared by several cases.
+const (
+	minimal   = "version: 3.6.16"
+	withTLS   = "version: 3.6.16\ntls: {client: {serverSecretRef: {name: srv}}, peer: {secretRef: {name: peer}}}"
+	withAuth  = withTLS + "\nauth: {enabled: true, rootCredentialsSecretRef: {name: root}}"
+	withClass = "version: 3.6.16\nstorage: {size: 1Gi, storageClassName: fast}"
+	memory    = "version: 3.6.16\nstorage: {medium: Memory, size: 64Mi}"
+	restoreS3 = "version: 3.6.16\nbootstrap: {restore: {source: {s3: {endpoint: 'https://s3', bucket: b, key: k.db, credentialsSecretRef: {name: c}}}}}"
+	memberMin = "clusterName: c\nversion: 3.6.16\nstorage: {size: 1Gi}\ninitialCluster: ''\nclusterToken: t"
+	snapS3    = "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, credentialsSecretRef: {name: c}}}"
+	snapPVC   = "clusterRef: {name: c}\ndestination: {pvc: {claimName: backups}}"
+)
+
+// The numbers in case names refer to the list of CEL rules on EtcdCluster in
+// the reference (docs/api.md repeats it).
+var celCases = []celCase{
+	// Schema basics.
+	{name: "minimal cluster", kind: cluster, spec: minimal},
+	{name: "version is required", kind: cluster, spec: "replicas: 1", reject: "spec.version: Required value"},
+	{name: "version must be X.Y.Z", kind: cluster, spec: "version: v3.6", reject: "spec.version in body should match"},
+	{name: "replicas cannot be negative", kind: cluster, spec: "version: 3.6.16\nreplicas: -1", reject: "spec.replicas in body should be greater than or equal to 0"},
+	{name: "progress deadline at least 1s", kind: cluster, spec: "version: 3.6.16\nprogressDeadlineSeconds: 0", reject: "spec.progressDeadlineSeconds in body should be greater than or equal to 1"},
+	{name: "medium enum", kind: cluster, spec: "version: 3.6.16\nstorage: {medium: Disk}", reject: `supported values: "", "Memory"`},
+	{name: "compaction mode enum", kind: cluster, spec: "version: 3.6.16\noptions: {autoCompactionMode: hourly}", reject: `supported values: "periodic", "revision"`},
+	{name: "compaction retention duration", kind: cluster, spec: "version: 3.6.16\noptions: {autoCompactionRetention: 1h30m}"},
+	{name: "compaction retention number", kind: cluster, spec: "version: 3.6.16\noptions: {autoCompactionRetention: '72'}"},
+	{name: "compaction retention garbage", kind: cluster, spec: "version: 3.6.16\noptions: {autoCompactionRetention: 1 day}", reject: "spec.options.autoCompactionRetention in body should match"},
+	{name: "quota not negative", kind: cluster, spec: "version: 3.6.16\noptions: {quotaBackendBytes: -1}", reject: "spec.options.quotaBackendBytes in body should be greater than or equal to 0"},
+	{name: "snapshot count at least 1", kind: cluster, spec: "version: 3.6.16\noptions: {snapshotCount: 0}", reject: "spec.options.snapshotCount in body should be greater than or equal to 1"},
+	{name: "issuer kind enum", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {certManager: {issuerRef: {name: ca, kind: Vault}}}}", reject: `supported values: "Issuer", "ClusterIssuer"`},
+	{name: "issuer name not empty", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {certManager: {issuerRef: {name: ''}}}}", reject: "spec.tls.peer.certManager.issuerRef.name in body should be at least 1 chars long"},
+
+	// 1: pause is not possible on tmpfs.
+	{name: "1 replicas 0 with Memory", kind: cluster, spec: "version: 3.6.16\nreplicas: 0\nstorage: {medium: Memory, size: 64Mi}", reject: "replicas: 0 (pause) is not supported with storage.medium: Memory"},
+	{name: "1 replicas 0 on PVC", kind: cluster, spec: "version: 3.6.16\nreplicas: 0"},
+	{name: "1 replicas 1 on Memory", kind: cluster, spec: "version: 3.6.16\nreplicas: 1\nstorage: {medium: Memory, size: 64Mi}"},
+	{name: "1 scale a Memory cluster to 0", kind: cluster, spec: memory, update: "version: 3.6.16\nreplicas: 0\nstorage: {medium: Memory, size: 64Mi}", reject: "replicas: 0 (pause) is not supported"},
+	// 2: tmpfs needs a size.
+	{name: "2 Memory with size 0", kind: cluster, spec: "version: 3.6.16\nstorage: {medium: Memory, size: '0'}", reject: "storage.size must be greater than zero when storage.medium is Memory"},
+	{name: "2 Memory with integer size 0", kind: cluster, spec: "version: 3.6.16\nstorage: {medium: Memory, size: 0}", reject: "storage.size must be greater than zero"},
+	{name: "2 Memory with integer size", kind: cluster, spec: "version: 3.6.16\nstorage: {medium: Memory, size: 67108864}"},
+	{name: "2 Memory with default size", kind: cluster, spec: "version: 3.6.16\nstorage: {medium: Memory}"},
+	{name: "2 PVC with size 0 is the reference's business", kind: cluster, spec: "version: 3.6.16\nstorage: {size: '0'}"},
+	// 3, 4: tls is fixed at creation.
+	{name: "3 add tls", kind: cluster, spec: minimal, update: withTLS, reject: "tls cannot be added or removed after creation"},
+	{name: "3 remove tls", kind: cluster, spec: withTLS, update: minimal, reject: "tls cannot be added or removed after creation"},
+	{name: "4 change tls", kind: cluster, spec: withTLS, update: strings.Replace(withTLS, "srv", "srv2", 1), reject: "tls is immutable after creation"},
+	{name: "4 keep tls, change replicas", kind: cluster, spec: withTLS, update: withTLS + "\nreplicas: 5"},
+	// 5, 6: storage class is fixed at creation.
+	{name: "5 add storage class", kind: cluster, spec: minimal, update: withClass, reject: "storage.storageClassName cannot be added or removed after creation"},
+	{name: "5 remove storage class", kind: cluster, spec: withClass, update: "version: 3.6.16\nstorage: {size: 1Gi}", reject: "storage.storageClassName cannot be added or removed after creation"},
+	{name: "6 change storage class", kind: cluster, spec: withClass, update: strings.Replace(withClass, "fast", "slow", 1), reject: "storage.storageClassName is immutable after creation"},
+	// 7, 8: auth is fixed at creation.
+	{name: "7 add auth", kind: cluster, spec: withTLS, update: withAuth, reject: v1alpha2.MsgAuthAddRemove},
+	{name: "7 remove auth", kind: cluster, spec: withAuth, update: withTLS, reject: v1alpha2.MsgAuthAddRemove},
+	{name: "8 change auth", kind: cluster, spec: withAuth, update: strings.Replace(withAuth, "name: root", "name: root2", 1), reject: v1alpha2.MsgAuthImmutable},
+	// 9, 10: auth prerequisites.
+	{name: "9 auth without client tls", kind: cluster, spec: "version: 3.6.16\nauth: {enabled: true, rootCredentialsSecretRef: {name: root}}", reject: v1alpha2.MsgAuthRequiresClientTLS},
+	{name: "9 auth with peer tls only", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}}}\nauth: {enabled: true, rootCredentialsSecretRef: {name: root}}", reject: v1alpha2.MsgAuthRequiresClientTLS},
+	{name: "10 auth without credentials", kind: cluster, spec: withTLS + "\nauth: {enabled: true}", reject: v1alpha2.MsgAuthRequiresCredentialsRef},
+	{name: "9 10 auth disabled needs neither", kind: cluster, spec: "version: 3.6.16\nauth: {enabled: false}"},
+	{name: "9 10 auth complete", kind: cluster, spec: withAuth},
+	// 11, 12: bootstrap is fixed at creation.
+	{name: "11 add bootstrap", kind: cluster, spec: minimal, update: restoreS3, reject: "bootstrap cannot be added or removed after creation"},
+	{name: "11 remove bootstrap", kind: cluster, spec: restoreS3, update: minimal, reject: "bootstrap cannot be added or removed after creation"},
+	{name: "12 change bootstrap", kind: cluster, spec: restoreS3, update: strings.Replace(restoreS3, "k.db", "other.db", 1), reject: "bootstrap is immutable after creation"},
+	// 13: no restore on tmpfs.
+	{name: "13 restore on Memory", kind: cluster, spec: restoreS3 + "\nstorage: {medium: Memory, size: 64Mi}", reject: "bootstrap.restore is not supported with storage.medium: Memory"},
+	// 14: storage grows only.
+	{name: "14 shrink storage", kind: cluster, spec: "version: 3.6.16\nstorage: {size: 2Gi}", update: "version: 3.6.16\nstorage: {size: 1Gi}", reject: "storage.size cannot shrink"},
+	{name: "14 grow storage", kind: cluster, spec: "version: 3.6.16\nstorage: {size: 1Gi}", update: "version: 3.6.16\nstorage: {size: 2Gi}"},
+	{name: "14 same size, other spelling", kind: cluster, spec: "version: 3.6.16\nstorage: {size: 1Gi}", update: "version: 3.6.16\nstorage: {size: 1073741824}"},
+	{name: "14 shrink integer storage", kind: cluster, spec: "version: 3.6.16\nstorage: {size: 2147483648}", update: "version: 3.6.16\nstorage: {size: 1Gi}", reject: "storage.size cannot shrink"},
+	// 15: medium is immutable.
+	{name: "15 PVC to Memory", kind: cluster, spec: minimal, update: memory, reject: "storage.medium is immutable"},
+	{name: "15 Memory to PVC", kind: cluster, spec: memory, update: "version: 3.6.16\nstorage: {size: 64Mi, medium: ''}", reject: "storage.medium is immutable"},
+	// 16, 17: client TLS source.
+	{name: "16 client tls with both sources", kind: cluster, spec: "version: 3.6.16\ntls: {client: {serverSecretRef: {name: s}, certManager: {serverIssuerRef: {name: ca}}}}", reject: "tls.client: set exactly one of serverSecretRef or certManager"},
+	{name: "16 client tls with no source", kind: cluster, spec: "version: 3.6.16\ntls: {client: {operatorClientSecretRef: {name: c}}}", reject: "tls.client: set exactly one of serverSecretRef or certManager"},
+	{name: "16 client tls by cert-manager", kind: cluster, spec: "version: 3.6.16\ntls: {client: {certManager: {serverIssuerRef: {name: ca}}}}"},
+	{name: "17 own client cert with cert-manager", kind: cluster, spec: "version: 3.6.16\ntls: {client: {operatorClientSecretRef: {name: c}, certManager: {serverIssuerRef: {name: ca}}}}", reject: "operatorClientSecretRef cannot be combined with certManager"},
+	{name: "17 own server and client certs", kind: cluster, spec: "version: 3.6.16\ntls: {client: {serverSecretRef: {name: s}, operatorClientSecretRef: {name: c}}}"},
+	// 18: peer TLS source.
+	{name: "18 peer tls with both sources", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, certManager: {issuerRef: {name: ca}}}}", reject: "tls.peer: set exactly one of secretRef or certManager"},
+	{name: "18 peer tls with no source", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {}}", reject: "tls.peer: set exactly one of secretRef or certManager"},
+	// 19: snapshot location one-of, on the cluster's restore source.
+	{name: "19 restore from s3 and pvc", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {s3: {endpoint: e, bucket: b, key: k, credentialsSecretRef: {name: c}}, pvc: {claimName: p, subPath: s}}}}", reject: "set exactly one of s3 or pvc"},
+	{name: "19 restore from nowhere", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {}}}", reject: "set exactly one of s3 or pvc"},
+	// 20, 21: a restore names an exact snapshot.
+	{name: "20 restore s3 without key", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {s3: {endpoint: e, bucket: b, credentialsSecretRef: {name: c}}}}}", reject: "bootstrap.restore.source.s3.key must name the snapshot object"},
+	{name: "20 restore s3 with empty key", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {s3: {endpoint: e, bucket: b, key: '', credentialsSecretRef: {name: c}}}}}", reject: "bootstrap.restore.source.s3.key must name the snapshot object"},
+	{name: "21 restore pvc without subPath", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {pvc: {claimName: p}}}}", reject: "bootstrap.restore.source.pvc.subPath must name the snapshot file"},
+	{name: "21 restore pvc with subPath", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {pvc: {claimName: p, subPath: a/b.db}}}}"},
+
+	// EtcdMember: the storage rules and the /scale-backing replicas.
+	{name: "member minimal with pending initialCluster", kind: member, spec: memberMin},
+	{name: "member needs a token", kind: member, spec: "clusterName: c\nversion: 3.6.16\nstorage: {size: 1Gi}\ninitialCluster: ''", reject: "spec.clusterToken: Required value"},
+	{name: "member replicas locked to 1", kind: member, spec: memberMin + "\nreplicas: 2", reject: "spec.replicas in body should be less than or equal to 1"},
+	{name: "member cluster name not empty", kind: member, spec: strings.Replace(memberMin, "clusterName: c", "clusterName: ''", 1), reject: "spec.clusterName in body should be at least 1 chars long"},
+	{name: "member storage shrink", kind: member, spec: memberMin, update: strings.Replace(memberMin, "1Gi", "512Mi", 1), reject: "storage.size cannot shrink"},
+	{name: "member storage medium change", kind: member, spec: memberMin, update: strings.Replace(memberMin, "{size: 1Gi}", "{size: 1Gi, medium: Memory}", 1), reject: "storage.medium is immutable"},
+	{name: "member dormant toggles", kind: member, spec: memberMin, update: memberMin + "\ndormant: true"},
+
+	// EtcdSnapshot: destination one-of and required fields.
+	{name: "snapshot to s3", kind: snapshot, spec: snapS3},
+	{name: "snapshot to pvc", kind: snapshot, spec: snapPVC},
+	{name: "snapshot to s3 and pvc", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {pvc: {claimName: p}, s3: {endpoint: e, bucket: b, credentialsSecretRef: {name: c}}}", reject: "set exactly one of s3 or pvc"},
+	{name: "snapshot to nowhere", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {}", reject: "set exactly one of s3 or pvc"},
+	{name: "snapshot s3 empty bucket", kind: snapshot, spec: strings.Replace(snapS3, "bucket: b", "bucket: ''", 1), reject: "spec.destination.s3.bucket in body should be at least 1 chars long"},
+	{name: "snapshot s3 empty endpoint", kind: snapshot, spec: strings.Replace(snapS3, "endpoint: 'https://s3'", "endpoint: ''", 1), reject: "spec.destination.s3.endpoint in body should be at least 1 chars long"},
+	{name: "snapshot pvc empty claim", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {pvc: {claimName: ''}}", reject: "spec.destination.pvc.claimName in body should be at least 1 chars long"},
+	{name: "snapshot needs a destination", kind: snapshot, spec: "clusterRef: {name: c}", reject: "spec.destination: Required value"},
+
+	// EtcdDefrag: the rule set.
+	{name: "defrag default gate", kind: defrag, spec: "clusterRef: {name: c}"},
+	{name: "defrag empty cluster name", kind: defrag, spec: "clusterRef: {name: ''}", reject: "clusterRef.name must name the EtcdCluster to defragment"},
+	{name: "defrag a: all alone", kind: defrag, spec: "clusterRef: {name: c}\nrule: {all: true}"},
+	{name: "defrag a: all with freeSpaceAbove", kind: defrag, spec: "clusterRef: {name: c}\nrule: {all: true, freeSpaceAbove: 1Gi}", reject: "rule.all: true defragments every member and cannot be combined"},
+	{name: "defrag a: all with quotaUsageAbove", kind: defrag, spec: "clusterRef: {name: c}\nrule: {all: true, quotaUsageAbove: 50%}", reject: "rule.all: true defragments every member and cannot be combined"},
+	{name: "defrag a: all false with thresholds", kind: defrag, spec: "clusterRef: {name: c}\nrule: {all: false, freeSpaceAbove: 1Gi}"},
+	{name: "defrag b: freeSpaceAbove zero", kind: defrag, spec: "clusterRef: {name: c}\nrule: {freeSpaceAbove: '0'}", reject: "rule.freeSpaceAbove must be greater than zero"},
+	{name: "defrag c: minReclaim zero", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 80%, minReclaim: 0}", reject: "rule.minReclaim must be greater than zero"},
+	{name: "defrag d: minReclaim alone", kind: defrag, spec: "clusterRef: {name: c}\nrule: {minReclaim: 64Mi}", reject: "rule.minReclaim only applies together with rule.quotaUsageAbove"},
+	{name: "defrag e: minReclaim above freeSpaceAbove", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 80%, freeSpaceAbove: 100Mi, minReclaim: 200Mi}", reject: "rule.minReclaim cannot be larger than rule.freeSpaceAbove"},
+	{name: "defrag e: minReclaim within freeSpaceAbove", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 80%, freeSpaceAbove: 200Mi, minReclaim: 200Mi}"},
+	{name: "defrag quota usage 0%", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 0%}", reject: "spec.rule.quotaUsageAbove in body should match"},
+	{name: "defrag quota usage 101%", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 101%}", reject: "spec.rule.quotaUsageAbove in body should match"},
+	{name: "defrag quota usage 100%", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 100%}"},
+	{name: "defrag ttl negative", kind: defrag, spec: "clusterRef: {name: c}\nttlSecondsAfterFinished: -1", reject: "spec.ttlSecondsAfterFinished in body should be greater than or equal to 0"},
+}
+
+func TestCELRules(t *testing.T) {
+	ns := namespace(t)
+	for _, tc := range celCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.apply(t, ns)
+			switch {
+			case tc.reject == "" && err != nil:
+				t.Fatalf("rejected, want accepted: %v", err)
+			case tc.reject != "" && err == nil:
+				t.Fatalf("accepted, want rejected with %q", tc.reject)
+			case tc.reject != "" && !strings.Contains(err.Error(), tc.reject):
+				t.Fatalf("rejected with\n  %v\nwant a message containing\n  %q", err, tc.reject)
+			}
+		})
+	}
+}
+
+// apply sends the case's manifest (and its update) and returns the verdict on
+// the last request.
+func (tc celCase) apply(t *testing.T, ns string) error {
+	t.Helper()
+	ctx := context.Background()
+	obj := object(t, tc.kind, ns, tc.spec)
+	err := k.Create(ctx, obj)
+	if tc.update == "" {
+		return err
+	}
+	if err != nil {
+		t.Fatalf("creating the object to update: %v", err)
+	}
+	if err := unstructured.SetNestedField(obj.Object, parseSpec(t, tc.update), "spec"); err != nil {
+		t.Fatal(err)
+	}
+	return k.Update(ctx, obj)
+}
+
+// object builds a manifest of kind with the given spec in YAML.
+func object(t *testing.T, kind, ns, spec string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": parseSpec(t, spec)}}
+	u.SetAPIVersion(v1alpha2.GroupVersion.String())
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetGenerateName("cel-")
+	return u
+}
+
+func parseSpec(t *testing.T, spec string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	if err := yaml.Unmarshal([]byte(spec), &out); err != nil {
+		t.Fatalf("bad spec in test case: %v\n%s", err, spec)
+	}
+	return out
+}
