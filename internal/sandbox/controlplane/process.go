@@ -1,0 +1,122 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process supervises one control-plane binary: it restarts it when it exits
+// on its own (etcd or kube-apiserver crashing would otherwise leave a dead
+// sandbox) and stops it with SIGTERM, then SIGKILL.
+type process struct {
+	name    string
+	path    string
+	args    []string
+	env     []string
+	logPath string
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	stopping bool
+	done     chan struct{}
+}
+
+// start launches the supervision loop and returns once the first start
+// succeeded.
+func (p *process) start() error {
+	if err := p.launch(); err != nil {
+		return err
+	}
+	p.done = make(chan struct{})
+	go p.supervise()
+	return nil
+}
+
+func (p *process) launch() error {
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	// Pdeathsig: if the daemon dies, its control plane goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", p.name, err)
+	}
+	p.mu.Lock()
+	p.cmd = cmd
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *process) supervise() {
+	defer close(p.done)
+	backoff := time.Second
+	for {
+		p.mu.Lock()
+		cmd := p.cmd
+		p.mu.Unlock()
+		err := cmd.Wait()
+		p.mu.Lock()
+		stopping := p.stopping
+		p.mu.Unlock()
+		if stopping {
+			return
+		}
+		slog.Warn("Control-plane process exited; restarting it", "process", p.name, "err", err, "after", backoff)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 30*time.Second)
+		if err := p.launch(); err != nil {
+			slog.Error("Cannot restart control-plane process; giving up on it", "process", p.name, "err", err)
+			return
+		}
+	}
+}
+
+// stop ends the process, waiting up to grace before killing it.
+func (p *process) stop(grace time.Duration) {
+	p.mu.Lock()
+	p.stopping = true
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || p.done == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// waitFor polls check until it succeeds, the process dies for good, or ctx
+// ends; the error names the process and its log.
+func (p *process) waitFor(ctx context.Context, what string, check func(context.Context) error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		if last = check(ctx); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not become %s (last: %v); see %s", p.name, what, last, p.logPath)
+		case <-p.done:
+			return fmt.Errorf("%s exited; see %s", p.name, p.logPath)
+		case <-tick.C:
+		}
+	}
+}

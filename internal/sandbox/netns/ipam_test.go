@@ -1,0 +1,54 @@
+package netns
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestAllocator(t *testing.T) {
+	tests := []struct {
+		name    string
+		cidr    string
+		ops     []string // "+key" allocates, "-key" releases
+		want    map[string]string
+		wantErr string // the key whose allocation must fail
+	}{
+		{name: "first host address first", cidr: "10.9.1.0/24", ops: []string{"+a"}, want: map[string]string{"a": "10.9.1.1"}},
+		{name: "stable per key", cidr: "10.9.1.0/24", ops: []string{"+a", "+b", "+a"}, want: map[string]string{"a": "10.9.1.1", "b": "10.9.1.2"}},
+		{name: "released address reused", cidr: "10.9.1.0/24", ops: []string{"+a", "+b", "-a", "+c"}, want: map[string]string{"b": "10.9.1.2", "c": "10.9.1.1"}},
+		{name: "broadcast never used", cidr: "10.9.1.0/30", ops: []string{"+a", "+b", "+c"}, want: map[string]string{"a": "10.9.1.1", "b": "10.9.1.2"}, wantErr: "c"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := NewAllocator(netip.MustParsePrefix(tt.cidr))
+			got := map[string]string{}
+			for _, op := range tt.ops {
+				key := op[1:]
+				if op[0] == '-' {
+					a.Release(key)
+					delete(got, key)
+					continue
+				}
+				addr, err := a.Allocate(key)
+				if key == tt.wantErr {
+					if err == nil {
+						t.Fatalf("allocating %s: want an error, got %s", key, addr)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("allocating %s: %v", key, err)
+				}
+				got[key] = addr.String()
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("%s: got %s, want %s", k, got[k], v)
+				}
+			}
+		})
+	}
+}
