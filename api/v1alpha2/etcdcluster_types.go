@@ -281,5 +281,5 @@ type EtcdClusterList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&EtcdCluster{}, &EtcdClusterList{})
+	register(&EtcdCluster{}, &EtcdClusterList{})
 }

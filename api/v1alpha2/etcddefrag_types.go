@@ -147,5 +147,5 @@ type EtcdDefragList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&EtcdDefrag{}, &EtcdDefragList{})
+	register(&EtcdDefrag{}, &EtcdDefragList{})
 }

@@ -159,5 +159,5 @@ type EtcdMemberList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&EtcdMember{}, &EtcdMemberList{})
+	register(&EtcdMember{}, &EtcdMemberList{})
 }

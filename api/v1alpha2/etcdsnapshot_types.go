@@ -78,5 +78,5 @@ type EtcdSnapshotList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&EtcdSnapshot{}, &EtcdSnapshotList{})
+	register(&EtcdSnapshot{}, &EtcdSnapshotList{})
 }

@@ -22,9 +22,13 @@ func TestClusterScaleSubresource(t *testing.T) {
 	if err := k.Status().Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		t.Fatal(err)
 	}
+	typed := &v1alpha2.EtcdCluster{}
+	if err := k.Get(ctx, client.ObjectKeyFromObject(obj), typed); err != nil {
+		t.Fatal(err)
+	}
 
 	scale := &autoscalingv1.Scale{}
-	if err := k.SubResource("scale").Get(ctx, obj, scale); err != nil {
+	if err := k.SubResource("scale").Get(ctx, typed, scale); err != nil {
 		t.Fatalf("reading /scale: %v", err)
 	}
 	if scale.Spec.Replicas != 3 || scale.Status.Replicas != 2 || scale.Status.Selector != "etcd-operator.cozystack.io/cluster=x" {
@@ -32,7 +36,7 @@ func TestClusterScaleSubresource(t *testing.T) {
 	}
 
 	scale.Spec.Replicas = 5
-	if err := k.SubResource("scale").Update(ctx, obj, client.WithSubResourceBody(scale)); err != nil {
+	if err := k.SubResource("scale").Update(ctx, typed, client.WithSubResourceBody(scale)); err != nil {
 		t.Fatalf("writing /scale: %v", err)
 	}
 	var got v1alpha2.EtcdCluster
@@ -44,7 +48,7 @@ func TestClusterScaleSubresource(t *testing.T) {
 	}
 
 	scale.Spec.Replicas = -1
-	err := k.SubResource("scale").Update(ctx, obj, client.WithSubResourceBody(scale))
+	err := k.SubResource("scale").Update(ctx, typed, client.WithSubResourceBody(scale))
 	if err == nil || !strings.Contains(err.Error(), "greater than or equal to 0") {
 		t.Errorf("scaling to -1: got %v, want a rejection", err)
 	}
@@ -61,15 +65,19 @@ func TestMemberScaleSubresource(t *testing.T) {
 	if err := k.Status().Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		t.Fatal(err)
 	}
+	typed := &v1alpha2.EtcdMember{}
+	if err := k.Get(ctx, client.ObjectKeyFromObject(obj), typed); err != nil {
+		t.Fatal(err)
+	}
 	scale := &autoscalingv1.Scale{}
-	if err := k.SubResource("scale").Get(ctx, obj, scale); err != nil {
+	if err := k.SubResource("scale").Get(ctx, typed, scale); err != nil {
 		t.Fatalf("reading /scale: %v", err)
 	}
 	if scale.Spec.Replicas != 1 || scale.Status.Replicas != 1 || scale.Status.Selector != "app.kubernetes.io/component=m" {
 		t.Errorf("scale = %+v / %+v, want 1/1 with the selector", scale.Spec, scale.Status)
 	}
 	scale.Spec.Replicas = 2
-	err := k.SubResource("scale").Update(ctx, obj, client.WithSubResourceBody(scale))
+	err := k.SubResource("scale").Update(ctx, typed, client.WithSubResourceBody(scale))
 	if err == nil || !strings.Contains(err.Error(), "less than or equal to 1") {
 		t.Errorf("scaling a member to 2: got %v, want a rejection", err)
 	}

@@ -1,0 +1,182 @@
+package build
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+)
+
+// ClusterOwner is the controller reference of every object a cluster owns.
+func ClusterOwner(c *v1alpha2.EtcdCluster) metav1.OwnerReference {
+	return *metav1.NewControllerRef(c, v1alpha2.GroupVersion.WithKind("EtcdCluster"))
+}
+
+func clusterMeta(c *v1alpha2.EtcdCluster, name string) metav1.ObjectMeta {
+	var md *v1alpha2.AdditionalMetadata
+	if c.Status.Observed != nil {
+		md = c.Status.Observed.AdditionalMetadata
+	}
+	return metav1.ObjectMeta{
+		Name:            name,
+		Namespace:       c.Namespace,
+		Labels:          WithExtra(ClusterLabels(c.Name), ExtraLabels(md)),
+		Annotations:     WithExtra(nil, ExtraAnnotations(md)),
+		OwnerReferences: []metav1.OwnerReference{ClusterOwner(c)},
+	}
+}
+
+// HeadlessService gives every member its stable DNS name
+// <member>.<cluster>.<namespace>.svc, published before the member is ready
+// because peers must find each other to become ready at all.
+func HeadlessService(c *v1alpha2.EtcdCluster) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: clusterMeta(c, c.Name),
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector:                 ClusterSelector(c.Name),
+			Ports:                    []corev1.ServicePort{ClientServicePort(), PeerServicePort()},
+		},
+	}
+}
+
+// ClientService is the load-balanced endpoint for clients.
+func ClientService(c *v1alpha2.EtcdCluster) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: clusterMeta(c, ClientServiceName(c.Name)),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: ClusterSelector(c.Name),
+			Ports:    []corev1.ServicePort{ClientServicePort()},
+		},
+	}
+}
+
+// ClientServicePort is the named client port of both Services.
+func ClientServicePort() corev1.ServicePort {
+	return corev1.ServicePort{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP}
+}
+
+// PeerServicePort is the named peer port of the headless Service.
+func PeerServicePort() corev1.ServicePort {
+	return corev1.ServicePort{Name: "peer", Port: PeerPort, TargetPort: intstr.FromInt32(PeerPort), Protocol: corev1.ProtocolTCP}
+}
+
+// PDBMinAvailable keeps a majority of the voters: of the larger of the voters
+// that exist and the replicas wanted, so that a cluster still growing is
+// protected as the cluster it will be.
+func PDBMinAvailable(voters, replicas int32) int32 {
+	anchor := max(voters, replicas)
+	if anchor < 1 {
+		return 0
+	}
+	return anchor/2 + 1
+}
+
+// PodDisruptionBudget covers voters only: learners and dormant members carry
+// no role label.
+func PodDisruptionBudget(c *v1alpha2.EtcdCluster, voters, replicas int32) *policyv1.PodDisruptionBudget {
+	minAvailable := intstr.FromInt32(PDBMinAvailable(voters, replicas))
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: clusterMeta(c, c.Name),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &minAvailable,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				LabelCluster: c.Name,
+				LabelRole:    RoleVoter,
+			}},
+		},
+	}
+}
+
+// NewMember renders a new EtcdMember of a cluster from its latched target.
+// Its name is chosen by the API server (GenerateName), so no two incarnations
+// ever share one; initialCluster stays empty until etcd knows the member.
+func NewMember(c *v1alpha2.EtcdCluster, seed bool) *v1alpha2.EtcdMember {
+	o := c.Status.Observed
+	m := &v1alpha2.EtcdMember{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName:    c.Name + "-",
+			Namespace:       c.Namespace,
+			Labels:          WithExtra(ClusterLabels(c.Name), ExtraLabels(o.AdditionalMetadata)),
+			Annotations:     WithExtra(nil, ExtraAnnotations(o.AdditionalMetadata)),
+			OwnerReferences: []metav1.OwnerReference{ClusterOwner(c)},
+		},
+		Spec: v1alpha2.EtcdMemberSpec{
+			ClusterName:               c.Name,
+			Version:                   o.Version,
+			Storage:                   *o.Storage.DeepCopy(),
+			Resources:                 *o.Resources.DeepCopy(),
+			AdditionalMetadata:        o.AdditionalMetadata.DeepCopy(),
+			Affinity:                  o.Affinity.DeepCopy(),
+			TopologySpreadConstraints: deepCopySpread(o.TopologySpreadConstraints),
+			Options:                   o.Options.DeepCopy(),
+			ImagePullSecrets:          append([]corev1.LocalObjectReference(nil), o.ImagePullSecrets...),
+			Bootstrap:                 seed,
+			ClusterToken:              c.Status.ClusterToken,
+			Replicas:                  1,
+			TLS:                       MemberTLSOf(c),
+		},
+	}
+	if seed && c.Spec.Bootstrap != nil && c.Spec.Bootstrap.Restore != nil {
+		m.Spec.Restore = c.Spec.Bootstrap.Restore.DeepCopy()
+	}
+	return m
+}
+
+func deepCopySpread(in []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
+	if in == nil {
+		return nil
+	}
+	out := make([]corev1.TopologySpreadConstraint, len(in))
+	for i := range in {
+		in[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+// Names of the Secrets cert-manager writes for a cluster.
+func ServerTLSSecretName(cluster string) string { return cluster + "-server-tls" }
+
+// OperatorClientTLSSecretName is the Secret of the operator's client certificate.
+func OperatorClientTLSSecretName(cluster string) string { return cluster + "-operator-client-tls" }
+
+// PeerTLSSecretName is the Secret of the peer certificate.
+func PeerTLSSecretName(cluster string) string { return cluster + "-peer-tls" }
+
+// MemberTLSOf resolves the cluster's TLS into the Secret names a member mounts,
+// whether the user brings the Secrets or cert-manager writes them.
+func MemberTLSOf(c *v1alpha2.EtcdCluster) *v1alpha2.MemberTLS {
+	out := &v1alpha2.MemberTLS{PeerAutoTLS: c.Annotations[AnnotationPeerAutoTLS] == "true"}
+	if t := c.Spec.TLS; t != nil {
+		resolveClientTLS(c.Name, t.Client, out)
+		if p := t.Peer; p != nil {
+			out.PeerAutoTLS = false
+			out.PeerSecretRef = p.SecretRef
+			if p.CertManager != nil {
+				out.PeerSecretRef = &corev1.LocalObjectReference{Name: PeerTLSSecretName(c.Name)}
+			}
+		}
+	}
+	if *out == (v1alpha2.MemberTLS{}) {
+		return nil
+	}
+	return out
+}
+
+func resolveClientTLS(cluster string, t *v1alpha2.ClientTLS, out *v1alpha2.MemberTLS) {
+	if t == nil {
+		return
+	}
+	if t.ServerSecretRef != nil {
+		out.ClientServerSecretRef = t.ServerSecretRef.DeepCopy()
+		out.ClientMTLS = t.OperatorClientSecretRef != nil
+	}
+	if cm := t.CertManager; cm != nil {
+		out.ClientServerSecretRef = &corev1.LocalObjectReference{Name: ServerTLSSecretName(cluster)}
+		out.ClientMTLS = cm.OperatorClientIssuerRef != nil
+	}
+}

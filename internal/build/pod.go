@@ -1,0 +1,271 @@
+package build
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+)
+
+// Initial cluster states of etcd.
+const (
+	StateNew      = "new"
+	StateExisting = "existing"
+)
+
+// etcdUID is the non-root user of the etcd container (distroless "nonroot").
+const etcdUID = 65532
+
+// PodOptions are the operator-wide settings a member Pod depends on.
+type PodOptions struct {
+	// EtcdRepository is the etcd image repository; quay.io/coreos/etcd if empty.
+	EtcdRepository string
+	// InitialClusterState is "new" only for the seed of a cluster that never
+	// formed; see AnnotationInitialClusterState.
+	InitialClusterState string
+}
+
+// MemberOwner is the controller reference every object of a member carries.
+func MemberOwner(m *v1alpha2.EtcdMember) metav1.OwnerReference {
+	return *metav1.NewControllerRef(m, v1alpha2.GroupVersion.WithKind("EtcdMember"))
+}
+
+// Pod renders the Pod of a member.
+func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
+	state := opts.InitialClusterState
+	if state == "" {
+		state = StateExisting
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      m.Name,
+			Namespace: m.Namespace,
+			Labels:    WithExtra(podLabels(m), ExtraLabels(m.Spec.AdditionalMetadata)),
+			Annotations: WithExtra(map[string]string{AnnotationInitialClusterState: state},
+				ExtraAnnotations(m.Spec.AdditionalMetadata)),
+			OwnerReferences: []metav1.OwnerReference{MemberOwner(m)},
+		},
+		Spec: corev1.PodSpec{
+			Hostname:                     m.Name,
+			Subdomain:                    ServiceName(m),
+			Affinity:                     m.Spec.Affinity,
+			TopologySpreadConstraints:    m.Spec.TopologySpreadConstraints,
+			ImagePullSecrets:             m.Spec.ImagePullSecrets,
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](etcdUID),
+				RunAsGroup:     ptr.To[int64](etcdUID),
+				FSGroup:        ptr.To[int64](etcdUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{etcdContainer(m, opts)},
+			Volumes:    volumes(m),
+		},
+	}
+	return pod
+}
+
+func podLabels(m *v1alpha2.EtcdMember) map[string]string {
+	l := MemberLabels(m.Spec.ClusterName, m.Name)
+	if m.Status.IsVoter {
+		l[LabelRole] = RoleVoter
+	}
+	return l
+}
+
+func etcdContainer(m *v1alpha2.EtcdMember, opts PodOptions) corev1.Container {
+	return corev1.Container{
+		Name:    EtcdContainer,
+		Image:   EtcdImage(opts.EtcdRepository, m.Spec.Version),
+		Command: EtcdCommand(m),
+		Env: []corev1.EnvVar{{
+			Name: "ETCD_INITIAL_CLUSTER_STATE",
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+				FieldPath: fmt.Sprintf("metadata.annotations['%s']", AnnotationInitialClusterState),
+			}},
+		}},
+		Ports: []corev1.ContainerPort{
+			{Name: "client", ContainerPort: ClientPort, Protocol: corev1.ProtocolTCP},
+			{Name: "peer", ContainerPort: PeerPort, Protocol: corev1.ProtocolTCP},
+			{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
+		},
+		Resources:    resources(m.Spec.Resources),
+		VolumeMounts: volumeMounts(m),
+		// etcd writes no termination message; its last log lines (the reason it
+		// exited, such as a lost raft log) become one, which the operator reads
+		// to tell a lost data directory from a crash.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/health", Port: intstr.FromInt32(MetricsPort),
+			}},
+			// Short period: the operator waits for readiness between
+			// membership steps, so readiness latency is cluster build time.
+			InitialDelaySeconds: 1,
+			PeriodSeconds:       2,
+			TimeoutSeconds:      2,
+			FailureThreshold:    3,
+		},
+		LivenessProbe: &corev1.Probe{
+			// Deliberately not quorum-aware: a member without a leader must
+			// not be restarted for it.
+			ProbeHandler:        corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(PeerPort)}},
+			InitialDelaySeconds: 15,
+			PeriodSeconds:       10,
+			FailureThreshold:    3,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+}
+
+// EtcdCommand renders the etcd command line of a member. The initial cluster
+// state is not in it: it comes from the environment (see
+// AnnotationInitialClusterState).
+func EtcdCommand(m *v1alpha2.EtcdMember) []string {
+	peerScheme := "http"
+	if m.Spec.TLS != nil && (m.Spec.TLS.PeerSecretRef != nil || m.Spec.TLS.PeerAutoTLS) {
+		peerScheme = "https"
+	}
+	clientScheme := "http"
+	if clientTLS(m) {
+		clientScheme = "https"
+	}
+	cmd := []string{
+		"etcd",
+		"--name=" + m.Name,
+		"--data-dir=" + MemberDataDir(m),
+		fmt.Sprintf("--listen-peer-urls=%s://0.0.0.0:%d", peerScheme, PeerPort),
+		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", clientScheme, ClientPort),
+		"--advertise-client-urls=" + ClientURL(m),
+		"--initial-advertise-peer-urls=" + PeerURL(m),
+		"--initial-cluster=" + m.Spec.InitialCluster,
+		"--initial-cluster-token=" + m.Spec.ClusterToken,
+		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
+	}
+	cmd = append(cmd, optionFlags(m.Spec.Options)...)
+	return append(cmd, tlsFlags(m)...)
+}
+
+func clientTLS(m *v1alpha2.EtcdMember) bool {
+	return m.Spec.TLS != nil && m.Spec.TLS.ClientServerSecretRef != nil
+}
+
+func optionFlags(o *v1alpha2.EtcdOptions) []string {
+	if o == nil {
+		return nil
+	}
+	var out []string
+	if o.QuotaBackendBytes != nil {
+		out = append(out, fmt.Sprintf("--quota-backend-bytes=%d", *o.QuotaBackendBytes))
+	}
+	if o.AutoCompactionMode != "" {
+		out = append(out, "--auto-compaction-mode="+string(o.AutoCompactionMode))
+	}
+	if o.AutoCompactionRetention != "" {
+		out = append(out, "--auto-compaction-retention="+o.AutoCompactionRetention)
+	}
+	if o.SnapshotCount != nil {
+		out = append(out, fmt.Sprintf("--snapshot-count=%d", *o.SnapshotCount))
+	}
+	return out
+}
+
+func tlsFlags(m *v1alpha2.EtcdMember) []string {
+	t := m.Spec.TLS
+	if t == nil {
+		return nil
+	}
+	var out []string
+	if t.ClientServerSecretRef != nil {
+		out = append(out, "--cert-file="+ClientTLSDir+"/tls.crt", "--key-file="+ClientTLSDir+"/tls.key")
+		if t.ClientMTLS {
+			out = append(out, "--client-cert-auth=true", "--trusted-ca-file="+ClientTLSDir+"/ca.crt")
+		}
+	}
+	switch {
+	case t.PeerSecretRef != nil:
+		out = append(out,
+			"--peer-cert-file="+PeerTLSDir+"/tls.crt", "--peer-key-file="+PeerTLSDir+"/tls.key",
+			"--peer-trusted-ca-file="+PeerTLSDir+"/ca.crt", "--peer-client-cert-auth=true")
+	case t.PeerAutoTLS:
+		out = append(out, "--peer-auto-tls")
+	}
+	return out
+}
+
+func resources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	if len(r.Requests) > 0 || len(r.Limits) > 0 || len(r.Claims) > 0 {
+		return r
+	}
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("100m"),
+		corev1.ResourceMemory: resource.MustParse("128Mi"),
+	}}
+}
+
+func volumes(m *v1alpha2.EtcdMember) []corev1.Volume {
+	data := corev1.Volume{Name: "data"}
+	if m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory {
+		size := m.Spec.Storage.Size
+		data.EmptyDir = &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size}
+	} else {
+		data.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(m.Name)}
+	}
+	out := []corev1.Volume{data}
+	if t := m.Spec.TLS; t != nil {
+		if t.ClientServerSecretRef != nil {
+			out = append(out, secretVolume("tls-client", t.ClientServerSecretRef.Name))
+		}
+		if t.PeerSecretRef != nil {
+			out = append(out, secretVolume("tls-peer", t.PeerSecretRef.Name))
+		}
+	}
+	return out
+}
+
+func secretVolume(name, secret string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}
+}
+
+func volumeMounts(m *v1alpha2.EtcdMember) []corev1.VolumeMount {
+	out := []corev1.VolumeMount{{Name: "data", MountPath: DataDir}}
+	if t := m.Spec.TLS; t != nil {
+		if t.ClientServerSecretRef != nil {
+			out = append(out, corev1.VolumeMount{Name: "tls-client", MountPath: ClientTLSDir, ReadOnly: true})
+		}
+		if t.PeerSecretRef != nil {
+			out = append(out, corev1.VolumeMount{Name: "tls-peer", MountPath: PeerTLSDir, ReadOnly: true})
+		}
+	}
+	return out
+}
+
+// PVC renders the data volume claim of a member.
+func PVC(m *v1alpha2.EtcdMember) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            PVCName(m.Name),
+			Namespace:       m.Namespace,
+			Labels:          WithExtra(MemberLabels(m.Spec.ClusterName, m.Name), ExtraLabels(m.Spec.AdditionalMetadata)),
+			Annotations:     WithExtra(nil, ExtraAnnotations(m.Spec.AdditionalMetadata)),
+			OwnerReferences: []metav1.OwnerReference{MemberOwner(m)},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: m.Spec.Storage.StorageClassName,
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: m.Spec.Storage.Size,
+			}},
+		},
+	}
+}

@@ -1,0 +1,86 @@
+// Package conditions names every condition type and reason the operator
+// writes, so controllers, tests and docs agree on them.
+package conditions
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EtcdCluster condition types.
+const (
+	Available   = "Available"
+	Progressing = "Progressing"
+	Degraded    = "Degraded"
+)
+
+// EtcdCluster reasons.
+const (
+	ReasonQuorumHealthy      = "QuorumHealthy"
+	ReasonQuorumAvailable    = "QuorumAvailable"
+	ReasonQuorumLost         = "QuorumLost"
+	ReasonClusterDiscovered  = "ClusterDiscovered"
+	ReasonClusterUnreachable = "ClusterUnreachable"
+	ReasonPaused             = "Paused"
+	ReasonBootstrapFailed    = "BootstrapFailed"
+	ReasonDeadlineExceeded   = "DeadlineExceeded"
+	ReasonInitialSnapshot    = "InitialSnapshot"
+	ReasonSpecChanged        = "SpecChanged"
+	ReasonRetryAfterDeadline = "RetryAfterDeadline"
+	ReasonWaitingForSeed     = "WaitingForSeed"
+	ReasonReconciled         = "Reconciled"
+	ReasonMembersUnhealthy   = "MembersUnhealthy"
+	ReasonBootstrapping      = "Bootstrapping"
+	ReasonScalingUp          = "ScalingUp"
+	ReasonScalingDown        = "ScalingDown"
+	ReasonPausing            = "Pausing"
+	ReasonResuming           = "Resuming"
+	ReasonReplacingMember    = "ReplacingMember"
+	ReasonRefused            = "QuorumProtection"
+	ReasonWaitingForMembers  = "WaitingForMembers"
+	ReasonPromotingLearner   = "PromotingLearner"
+	ReasonRemovingStray      = "RemovingStrayMember"
+)
+
+// EtcdMember condition types.
+const (
+	Ready          = "Ready"
+	VersionDrifted = "VersionDrifted"
+	// Lost is True when the member cannot come back as itself (its tmpfs Pod
+	// is gone, its data directory was lost, its node is gone); the cluster
+	// controller replaces it when quorum allows.
+	Lost = "Lost"
+)
+
+// EtcdMember reasons.
+const (
+	ReasonPodReady            = "PodReady"
+	ReasonPodNotReady         = "PodNotReady"
+	ReasonPending             = "Pending"
+	ReasonDiscoveringMemberID = "DiscoveringMemberID"
+	ReasonVersionMatched      = "VersionMatched"
+	ReasonVersionMismatch     = "VersionMismatch"
+	ReasonPodLost             = "PodLost"
+	ReasonDataDirLost         = "DataDirLost"
+	ReasonNodeLost            = "NodeLost"
+	ReasonNotLost             = "Running"
+	ReasonRemovalRefused      = "RemovalRefused"
+)
+
+// Set records a condition with the object's generation; the transition time
+// only moves when the status does.
+func Set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(conds, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	})
+}
+
+// IsTrue reports whether the condition is present and True.
+func IsTrue(conds []metav1.Condition, typ string) bool {
+	return meta.IsStatusConditionTrue(conds, typ)
+}
+
+// Get returns the condition of the type, or nil.
+func Get(conds []metav1.Condition, typ string) *metav1.Condition {
+	return meta.FindStatusCondition(conds, typ)
+}

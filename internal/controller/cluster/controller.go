@@ -1,0 +1,179 @@
+// Package cluster is the EtcdCluster controller: it decides which members exist
+// and runs etcd's membership state machine (bootstrap a seed, add learners one
+// at a time, promote them once caught up, remove members newest first, pause
+// and resume, replace lost members), always projecting quorum first.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
+)
+
+// Reconciler reconciles EtcdCluster objects.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads what the cache does not hold (Secrets).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Dial      etcd.Dialer
+	Clock     clock.PassiveClock
+	Metrics   *metrics.Metrics
+
+	expect expectations
+}
+
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha2.EtcdCluster{}).
+		// Members report facts through status; every change matters here.
+		Owns(&v1alpha2.EtcdMember{}).
+		Owns(&corev1.Service{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&policyv1.PodDisruptionBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Named("etcdcluster").
+		Complete(r)
+}
+
+// step is one stage of a reconcile. A non-nil result stops the pass with it.
+type step func(ctx context.Context, w *world) (*ctrl.Result, error)
+
+// Reconcile runs the stages in order and always finishes with the status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cluster := &v1alpha2.EtcdCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.Forget(req.Namespace, req.Name)
+			r.expect.forget(req.String())
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if cluster.DeletionTimestamp != nil {
+		// Members, Pods, PVCs, Services and the PDB go through owner references.
+		return ctrl.Result{}, nil
+	}
+	w, err := r.snapshot(ctx, cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !r.expect.satisfied(req.String(), w.members, w.now) {
+		// The cache has not caught up with our own last create or delete; its
+		// watch event brings us back. The timer only guards a lost event.
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	res, stepErr := r.runSteps(ctx, w)
+	if err := r.reconcilePDB(ctx, w); err != nil && stepErr == nil {
+		stepErr = err
+	}
+	if err := r.writeStatus(ctx, w); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcdMembers)
+	if stepErr != nil {
+		r.Metrics.ReconcileError(cluster.Namespace, cluster.Name)
+		return ctrl.Result{}, stepErr
+	}
+	// Come back when the progress deadline expires, if nothing else does first.
+	if d := wanted(w); d != nil && (res.RequeueAfter == 0 || *d < res.RequeueAfter) {
+		res.RequeueAfter = *d + time.Second
+	}
+	return res, nil
+}
+
+func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error) {
+	steps := []step{
+		r.ensureServices,
+		r.initialize,
+		r.latchTarget,
+		r.bootstrap,
+		r.waitForLeavers,
+		r.readEtcd,
+		r.removeStrays,
+		r.completePending,
+		r.promoteLearner,
+		r.replaceLost,
+		r.scale,
+	}
+	for _, s := range steps {
+		res, err := s(ctx, w)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if res != nil {
+			return *res, nil
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*world, error) {
+	list := &v1alpha2.EtcdMemberList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{build.LabelCluster: c.Name}); err != nil {
+		return nil, fmt.Errorf("listing members: %w", err)
+	}
+	w := &world{cluster: c, original: c.DeepCopy(), now: r.Clock.Now()}
+	for i := range list.Items {
+		m := &list.Items[i]
+		if owned(c, m) {
+			w.members = append(w.members, m)
+		}
+	}
+	return w, nil
+}
+
+// owned reports whether the cluster controls the member; members of another
+// cluster of the same name (an earlier incarnation) are not ours to touch.
+func owned(c *v1alpha2.EtcdCluster, m *v1alpha2.EtcdMember) bool {
+	ref := metav1.GetControllerOf(m)
+	return ref != nil && ref.UID == c.UID
+}
+
+// stop ends the pass, optionally coming back after a real timer.
+func stop(after time.Duration) *ctrl.Result { return &ctrl.Result{RequeueAfter: after} }
+
+// done ends the pass and waits for the next watch event.
+func done() *ctrl.Result { return &ctrl.Result{} }
+
+func (r *Reconciler) event(obj client.Object, warning bool, reason, action, format string, args ...any) {
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(obj, nil, typ, reason, action, format, args...)
+}
+
+func logf(ctx context.Context, w *world) func(msg string, kv ...any) {
+	l := log.FromContext(ctx).WithValues("etcdcluster", client.ObjectKeyFromObject(w.cluster))
+	return func(msg string, kv ...any) { l.Info(msg, kv...) }
+}

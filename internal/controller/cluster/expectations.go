@@ -1,0 +1,87 @@
+package cluster
+
+import (
+	"sync"
+	"time"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+)
+
+// expectations remembers the members this process created or deleted until
+// the cache shows it, so that a reconcile on a stale cache never creates a
+// second member or deletes a second victim. After a restart the cache is
+// listed fresh, so nothing needs to survive the process.
+type expectations struct {
+	mu      sync.Mutex
+	pending map[string]*expected
+}
+
+type expected struct {
+	created map[string]bool
+	deleted map[string]bool
+	since   time.Time
+}
+
+// expectationTimeout bounds how long a missing watch event can hold a
+// cluster; after it the cache is trusted again.
+const expectationTimeout = time.Minute
+
+func (e *expectations) entry(key string, now time.Time) *expected {
+	if e.pending == nil {
+		e.pending = map[string]*expected{}
+	}
+	x := e.pending[key]
+	if x == nil {
+		x = &expected{created: map[string]bool{}, deleted: map[string]bool{}, since: now}
+		e.pending[key] = x
+	}
+	return x
+}
+
+func (e *expectations) created(key, name string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.entry(key, now).created[name] = true
+}
+
+func (e *expectations) deleted(key, name string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.entry(key, now).deleted[name] = true
+}
+
+func (e *expectations) forget(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.pending, key)
+}
+
+// satisfied reports whether the cached members reflect every create and
+// delete of this process, clearing what they do.
+func (e *expectations) satisfied(key string, members []*v1alpha2.EtcdMember, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x := e.pending[key]
+	if x == nil {
+		return true
+	}
+	seen := map[string]*v1alpha2.EtcdMember{}
+	for _, m := range members {
+		seen[m.Name] = m
+	}
+	for name := range x.created {
+		if seen[name] != nil {
+			delete(x.created, name)
+		}
+	}
+	for name := range x.deleted {
+		if m := seen[name]; m == nil || m.DeletionTimestamp != nil {
+			delete(x.deleted, name)
+		}
+	}
+	if len(x.created) == 0 && len(x.deleted) == 0 || now.Sub(x.since) > expectationTimeout {
+		delete(e.pending, key)
+		return true
+	}
+	return false
+}

@@ -1,0 +1,108 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/quorum"
+)
+
+// writeStatus derives the status from the world and writes it only when it
+// changed, so a steady cluster costs no writes.
+func (r *Reconciler) writeStatus(ctx context.Context, w *world) error {
+	st := &w.cluster.Status
+	st.ReadyMembers = int32(w.readyCount())
+	st.Selector = build.SelectorString(w.cluster.Name)
+	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
+	setAvailable(w)
+	setProgressing(w)
+	setDegraded(w)
+	if equality.Semantic.DeepEqual(w.original.Status, w.cluster.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, w.cluster, client.MergeFrom(w.original)); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	return nil
+}
+
+func set(w *world, typ string, status bool, reason, message string) {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
+	conditions.Set(&w.cluster.Status.Conditions, w.cluster.Generation, typ, s, reason, message)
+}
+
+func paused(w *world) bool { return w.desired() == 0 && len(w.running()) == 0 }
+
+func setAvailable(w *world) {
+	st := w.cluster.Status
+	desired, readyN := w.desired(), w.readyCount()
+	switch {
+	case paused(w):
+		set(w, conditions.Available, false, conditions.ReasonPaused, "The cluster is paused (replicas: 0); its data is kept")
+	case terminal(w) && st.ClusterID == "":
+		set(w, conditions.Available, false, conditions.ReasonBootstrapFailed, "The cluster never formed")
+	case w.unreachable != nil && readyN == 0:
+		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, "Cannot reach etcd: "+w.unreachable.Error())
+	case st.ClusterID == "":
+		set(w, conditions.Available, false, conditions.ReasonBootstrapping, "The seed member has not formed the cluster yet")
+	case readyN >= desired && readyN > 0:
+		set(w, conditions.Available, true, conditions.ReasonQuorumHealthy, fmt.Sprintf("All %d members are ready", readyN))
+	case readyN >= quorum.Size(desired):
+		set(w, conditions.Available, true, conditions.ReasonQuorumAvailable, fmt.Sprintf("%d of %d members are ready, a quorum", readyN, desired))
+	default:
+		set(w, conditions.Available, false, conditions.ReasonQuorumLost, fmt.Sprintf("Only %d of %d members are ready; %d needed for quorum", readyN, desired, quorum.Size(desired)))
+	}
+}
+
+func setProgressing(w *world) {
+	switch {
+	case terminal(w):
+		// Keeps the reason and message it was given up with.
+	case paused(w) && targetReached(w):
+		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
+	case targetReached(w):
+		set(w, conditions.Progressing, false, conditions.ReasonReconciled,
+			fmt.Sprintf("%d members of etcd %s are ready", w.desired(), w.cluster.Status.Observed.Version))
+	case w.progress.reason != "":
+		set(w, conditions.Progressing, true, w.progress.reason, w.progress.message)
+	default:
+		// Nothing new this pass; the earlier reason still describes the work.
+		if c := conditions.Get(w.cluster.Status.Conditions, conditions.Progressing); c == nil || c.Status != metav1.ConditionTrue {
+			set(w, conditions.Progressing, true, conditions.ReasonWaitingForMembers, "Waiting for members to become ready")
+		}
+	}
+}
+
+func setDegraded(w *world) {
+	desired, readyN := w.desired(), w.readyCount()
+	var unhealthy []string
+	for _, m := range w.running() {
+		// A member still joining is not unhealthy; a voter that is not
+		// ready, or any lost member, is.
+		if (m.Status.IsVoter && !ready(m)) || lost(m) {
+			unhealthy = append(unhealthy, m.Name)
+		}
+	}
+	switch {
+	case paused(w):
+		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
+	case w.refused != "":
+		set(w, conditions.Degraded, true, conditions.ReasonRefused, "Holding membership changes: "+w.refused)
+	case w.cluster.Status.ClusterID != "" && readyN < quorum.Size(desired):
+		set(w, conditions.Degraded, true, conditions.ReasonQuorumLost, fmt.Sprintf("Only %d of %d members are ready", readyN, desired))
+	case len(unhealthy) > 0 && w.cluster.Status.ClusterID != "":
+		set(w, conditions.Degraded, true, conditions.ReasonMembersUnhealthy, fmt.Sprintf("Members not ready: %v", unhealthy))
+	default:
+		set(w, conditions.Degraded, false, conditions.ReasonQuorumHealthy, "No member is unhealthy")
+	}
+}

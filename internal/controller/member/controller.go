@@ -1,0 +1,218 @@
+// Package member is the EtcdMember controller: it makes one member real (PVC,
+// Pod, flags), reports facts about it (etcd member ID, voter or learner,
+// readiness, running version, whether it is lost) and removes it from etcd
+// through its finalizer.
+package member
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+)
+
+// Reconciler reconciles EtcdMember objects.
+type Reconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Dial      etcd.Dialer
+	Clock     clock.PassiveClock
+	// EtcdRepository is the etcd image repository.
+	EtcdRepository string
+}
+
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/finalizers,verbs=update
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha2.EtcdMember{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.PersistentVolumeClaim{}).
+		// A node going away makes its members lost.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.membersOnNode)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Named("etcdmember").
+		Complete(r)
+}
+
+// membersOnNode maps a Node event to the members whose Pods run there.
+func (r *Reconciler) membersOnNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.MatchingFields{podNodeIndex: obj.GetName()}); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range pods.Items {
+		if ref := ownerMember(&p); ref != "" {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: p.Namespace, Name: ref}})
+		}
+	}
+	return out
+}
+
+const podNodeIndex = "spec.nodeName"
+
+// IndexPodsByNode registers the field index membersOnNode needs.
+func IndexPodsByNode(ctx context.Context, mgr ctrl.Manager) error {
+	return mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
+		p := o.(*corev1.Pod)
+		if p.Spec.NodeName == "" || ownerMember(p) == "" {
+			return nil
+		}
+		return []string{p.Spec.NodeName}
+	})
+}
+
+func ownerMember(p *corev1.Pod) string {
+	for _, ref := range p.OwnerReferences {
+		if ref.Controller != nil && *ref.Controller && ref.Kind == "EtcdMember" && ref.APIVersion == v1alpha2.GroupVersion.String() {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
+// state is what one pass works from.
+type state struct {
+	member   *v1alpha2.EtcdMember
+	original *v1alpha2.EtcdMember
+	cluster  *v1alpha2.EtcdCluster // nil when the cluster is gone
+	pod      *corev1.Pod           // nil when there is none
+	now      time.Time
+}
+
+// Reconcile makes the member real and reports on it.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	m := &v1alpha2.EtcdMember{}
+	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s, err := r.load(ctx, m)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if m.DeletionTimestamp != nil {
+		return r.finalize(ctx, s)
+	}
+	if !controllerutil.ContainsFinalizer(m, build.MemberFinalizer) {
+		// Added before anything else exists, so that a deletion at any later
+		// point still removes the member from etcd.
+		patch := client.MergeFrom(m.DeepCopy())
+		controllerutil.AddFinalizer(m, build.MemberFinalizer)
+		if err := r.Client.Patch(ctx, m, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+		s.original = m.DeepCopy()
+	}
+	res, err := r.realize(ctx, s)
+	if werr := r.writeStatus(ctx, s); werr != nil && err == nil {
+		err = werr
+	}
+	return res, err
+}
+
+func (r *Reconciler) load(ctx context.Context, m *v1alpha2.EtcdMember) (*state, error) {
+	s := &state{member: m, original: m.DeepCopy(), now: r.Clock.Now()}
+	c := &v1alpha2.EtcdCluster{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c)
+	switch {
+	case err == nil:
+		s.cluster = c
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading cluster %s: %w", m.Spec.ClusterName, err)
+	}
+	pod := &corev1.Pod{}
+	err = r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod)
+	switch {
+	case err == nil:
+		s.pod = pod
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading pod: %w", err)
+	}
+	return s, nil
+}
+
+// realize brings the Pod and PVC in line with the member.
+func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error) {
+	m := s.member
+	switch {
+	case s.cluster == nil:
+		// Orphaned: the cluster is gone and garbage collection follows.
+		return ctrl.Result{}, nil
+	case m.Spec.InitialCluster == "":
+		// etcd does not know this member yet: starting it would fail.
+		setPending(s)
+		return ctrl.Result{}, nil
+	case m.Spec.Dormant:
+		return r.sleep(ctx, s)
+	}
+	if podLost(s) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.ensurePVC(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.pod == nil {
+		return r.createPod(ctx, s)
+	}
+	if !ownedBy(s.pod, m) {
+		r.setNotReady(s, "PodNotOwned", fmt.Sprintf("Pod %s exists but belongs to something else; delete it so the member can start", s.pod.Name))
+		return ctrl.Result{}, nil
+	}
+	if err := r.syncPod(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.observe(ctx, s)
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, s *state) error {
+	if equality.Semantic.DeepEqual(s.original.Status, s.member.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, s.member, client.MergeFrom(s.original)); err != nil {
+		return fmt.Errorf("writing member status: %w", err)
+	}
+	return nil
+}
+
+func (r *Reconciler) event(obj client.Object, warning bool, reason, action, format string, args ...any) {
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(obj, nil, typ, reason, action, format, args...)
+}
+
+func logger(ctx context.Context, m *v1alpha2.EtcdMember) func(string, ...any) {
+	l := log.FromContext(ctx).WithValues("etcdmember", client.ObjectKeyFromObject(m))
+	return func(msg string, kv ...any) { l.Info(msg, kv...) }
+}

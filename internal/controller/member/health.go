@@ -1,0 +1,225 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+)
+
+// Timers. Each waits for something no watch reports.
+const (
+	// retrySecrets: Secrets are read on demand, not watched.
+	retrySecrets = 5 * time.Second
+	// retryStatus: etcd did not answer the Status call of a Ready Pod.
+	retryStatus = 2 * time.Second
+	// nodeLostAfter: how long a member's node may be NotReady, or its Pod stuck
+	// terminating, before the member counts as lost and gets replaced.
+	nodeLostAfter = 30 * time.Second
+)
+
+// lostDataSignatures are what etcd says, in the last lines before it exits,
+// when the member's data directory no longer matches the cluster: the raft
+// log is gone or behind what the cluster committed, or the member was
+// removed. Such a member can never come back as itself.
+var lostDataSignatures = []string{
+	"raft log corrupted, truncated, or lost",
+	"has already been bootstrapped",
+	"the member has been permanently removed from the cluster",
+	"member count is unequal",
+}
+
+// podLost marks a tmpfs member whose Pod is gone: its data went with the Pod,
+// and starting a new Pod on an empty data directory would be a bootstrap in
+// disguise.
+func podLost(s *state) bool {
+	m := s.member
+	if m.Spec.Storage.Medium != v1alpha2.StorageMediumMemory || m.Status.PodUID == "" {
+		return false
+	}
+	if s.pod != nil && string(s.pod.UID) == m.Status.PodUID {
+		return false
+	}
+	set(s, conditions.Lost, true, conditions.ReasonPodLost, "The pod of this memory-backed member is gone, and its data with it")
+	set(s, conditions.Ready, false, conditions.ReasonPodLost, "The pod is gone; the member will be replaced")
+	m.Status.Replicas = 0
+	return true
+}
+
+// observe reports on a running Pod: readiness, etcd's member ID, voter or
+// learner, version, and whether the member is lost.
+func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error) {
+	pod, st := s.pod, &s.member.Status
+	st.PodName = pod.Name
+	if st.PodUID != string(pod.UID) {
+		st.PodUID, st.Version = string(pod.UID), ""
+	}
+	st.Replicas = 1
+	st.Selector = build.MemberSelectorString(s.member.Spec.ClusterName, s.member.Name)
+	requeue := r.checkLost(ctx, s)
+	if !podReady(pod) {
+		set(s, conditions.Ready, false, conditions.ReasonPodNotReady, podProblem(pod))
+		return ctrl.Result{RequeueAfter: requeue}, nil
+	}
+	if err := r.readStatus(ctx, s); err != nil {
+		set(s, conditions.Ready, false, conditions.ReasonDiscoveringMemberID, "The pod is ready but etcd did not answer: "+err.Error())
+		return ctrl.Result{RequeueAfter: retryStatus}, nil
+	}
+	set(s, conditions.Ready, true, conditions.ReasonPodReady, "etcd is serving")
+	setVersionDrift(s)
+	return ctrl.Result{RequeueAfter: requeue}, nil
+}
+
+// readStatus asks the member's own etcd about itself.
+func (r *Reconciler) readStatus(ctx context.Context, s *state) error {
+	m := s.member
+	cfg, err := etcdconn.Config(ctx, r.APIReader, s.cluster, []*v1alpha2.EtcdMember{m})
+	if err != nil {
+		return err
+	}
+	c, err := r.Dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	es, err := c.Status(rctx, build.ClientURL(m))
+	if err != nil {
+		return err
+	}
+	id := etcd.FormatID(es.MemberID)
+	if cid := s.cluster.Status.ClusterID; cid != "" && etcd.FormatID(es.ClusterID) != cid {
+		markLost(s, conditions.ReasonDataDirLost, fmt.Sprintf("etcd runs in cluster %s, not in %s", etcd.FormatID(es.ClusterID), cid))
+	}
+	if m.Status.MemberID != "" && m.Status.MemberID != id {
+		markLost(s, conditions.ReasonDataDirLost, fmt.Sprintf("etcd now reports member ID %s instead of %s", id, m.Status.MemberID))
+		return nil
+	}
+	if m.Status.MemberID == "" {
+		r.event(m, false, "MemberDiscovered", "Discover", "etcd member ID is %s", id)
+	}
+	m.Status.MemberID, m.Status.IsVoter, m.Status.Version = id, !es.IsLearner, es.Version
+	return nil
+}
+
+func setVersionDrift(s *state) {
+	m := s.member
+	if m.Status.Version == "" || m.Spec.Version == "" {
+		return
+	}
+	if m.Status.Version == m.Spec.Version {
+		set(s, conditions.VersionDrifted, false, conditions.ReasonVersionMatched, "etcd runs version "+m.Status.Version)
+		return
+	}
+	set(s, conditions.VersionDrifted, true, conditions.ReasonVersionMismatch,
+		fmt.Sprintf("etcd runs version %s, the member asks for %s", m.Status.Version, m.Spec.Version))
+}
+
+// checkLost decides whether the member can still come back as itself, and
+// returns when to look again if a timer is running.
+func (r *Reconciler) checkLost(ctx context.Context, s *state) time.Duration {
+	if s.member.Status.MemberID != "" {
+		if msg := lostDataMessage(s.pod); msg != "" {
+			markLost(s, conditions.ReasonDataDirLost, "etcd exited because its data no longer matches the cluster: "+msg)
+			return 0
+		}
+	}
+	lostAt, why := r.nodeLostAt(ctx, s.pod)
+	if lostAt.IsZero() {
+		set(s, conditions.Lost, false, conditions.ReasonNotLost, "The member can run as itself")
+		return 0
+	}
+	if !s.now.Before(lostAt) {
+		markLost(s, conditions.ReasonNodeLost, why)
+		return 0
+	}
+	set(s, conditions.Lost, false, conditions.ReasonNotLost, why+"; not given up yet")
+	return lostAt.Sub(s.now)
+}
+
+func markLost(s *state, reason, message string) {
+	set(s, conditions.Lost, true, reason, message+"; the member will be replaced when quorum allows")
+}
+
+// nodeLostAt returns when the member counts as lost because of its node (its
+// node NotReady, or its Pod stuck terminating), or zero if it does not.
+func (r *Reconciler) nodeLostAt(ctx context.Context, pod *corev1.Pod) (time.Time, string) {
+	if pod.DeletionTimestamp != nil {
+		return pod.DeletionTimestamp.Add(nodeLostAfter), "the pod is stuck terminating, its node is not confirming"
+	}
+	if pod.Spec.NodeName == "" {
+		return time.Time{}, ""
+	}
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err != nil {
+		return time.Time{}, ""
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return c.LastTransitionTime.Add(nodeLostAfter), fmt.Sprintf("node %s is not ready (%s)", node.Name, c.Reason)
+		}
+	}
+	return time.Time{}, ""
+}
+
+// lostDataMessage returns the line etcd exited with if it says the data dir
+// no longer matches the cluster.
+func lostDataMessage(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != build.EtcdContainer {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t == nil {
+				continue
+			}
+			for _, sig := range lostDataSignatures {
+				if strings.Contains(t.Message, sig) {
+					return sig
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// podProblem says in one line why a Pod is not ready.
+func podProblem(pod *corev1.Pod) string {
+	if pod.DeletionTimestamp != nil {
+		return "The pod is terminating"
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			return fmt.Sprintf("Container %s is waiting: %s %s", cs.Name, w.Reason, w.Message)
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			return fmt.Sprintf("The pod cannot be scheduled: %s", c.Message)
+		}
+	}
+	return fmt.Sprintf("The pod is %s and not ready yet", pod.Status.Phase)
+}

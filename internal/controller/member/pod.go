@@ -1,0 +1,149 @@
+package member
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+)
+
+func ownedBy(obj metav1.Object, m *v1alpha2.EtcdMember) bool {
+	ref := metav1.GetControllerOf(obj)
+	return ref != nil && ref.UID == m.UID
+}
+
+// initialState is "new" only for the seed of a cluster that never formed and
+// whose etcd never reported a member ID: anything else joins an existing
+// cluster, so a lost data directory can never bootstrap a second cluster.
+func initialState(s *state) string {
+	if s.member.Spec.Bootstrap && s.member.Status.MemberID == "" && s.cluster != nil && s.cluster.Status.ClusterID == "" {
+		return build.StateNew
+	}
+	return build.StateExisting
+}
+
+func (r *Reconciler) ensurePVC(ctx context.Context, s *state) error {
+	m := s.member
+	if m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory {
+		return nil
+	}
+	want := build.PVC(m)
+	have := &corev1.PersistentVolumeClaim{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating PVC %s: %w", want.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("reading PVC %s: %w", want.Name, err)
+	case !ownedBy(have, m):
+		return fmt.Errorf("PVC %s belongs to something else (an earlier member of that name?); waiting for it to be deleted", have.Name)
+	}
+	m.Status.PVCName = want.Name
+	return nil
+}
+
+// createPod starts the member once the Secrets it mounts exist.
+func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, error) {
+	m := s.member
+	if missing := r.missingSecrets(ctx, m); missing != "" {
+		r.setNotReady(s, "SecretMissing", fmt.Sprintf("Waiting for Secret %s, which the member mounts", missing))
+		// Secrets are not watched (that would cache every Secret of the
+		// cluster); look again shortly.
+		return ctrl.Result{RequeueAfter: retrySecrets}, nil
+	}
+	pod := build.Pod(m, build.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s)})
+	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, fmt.Errorf("creating pod: %w", err)
+	}
+	logger(ctx, m)("Created pod", "initialClusterState", pod.Annotations[build.AnnotationInitialClusterState])
+	r.setNotReady(s, conditions.ReasonPodNotReady, "Pod created")
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) missingSecrets(ctx context.Context, m *v1alpha2.EtcdMember) string {
+	if m.Spec.TLS == nil {
+		return ""
+	}
+	for _, ref := range []*corev1.LocalObjectReference{m.Spec.TLS.ClientServerSecretRef, m.Spec.TLS.PeerSecretRef} {
+		if ref == nil {
+			continue
+		}
+		sec := &metav1.PartialObjectMetadata{}
+		sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, sec); err != nil {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
+// syncPod keeps the two things the operator changes on a running Pod: the
+// voter label the PodDisruptionBudget selects on, and the initial cluster
+// state the next container start reads.
+func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
+	pod, m := s.pod, s.member
+	labels := maps.Clone(pod.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if m.Status.IsVoter {
+		labels[build.LabelRole] = build.RoleVoter
+	} else {
+		delete(labels, build.LabelRole)
+	}
+	state := initialState(s)
+	if maps.Equal(labels, pod.Labels) && pod.Annotations[build.AnnotationInitialClusterState] == state {
+		return nil
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	pod.Labels = labels
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[build.AnnotationInitialClusterState] = state
+	if err := r.Client.Patch(ctx, pod, patch); err != nil {
+		return fmt.Errorf("updating pod labels: %w", err)
+	}
+	return nil
+}
+
+// sleep deletes the Pod of a dormant member; its PVC and identity stay.
+func (r *Reconciler) sleep(ctx context.Context, s *state) (ctrl.Result, error) {
+	if s.pod != nil && s.pod.DeletionTimestamp == nil {
+		if err := r.Client.Delete(ctx, s.pod); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("deleting pod of dormant member: %w", err)
+		}
+		r.event(s.member, false, conditions.ReasonPaused, "Pause", "Stopped the pod; the volume and member identity are kept")
+	}
+	st := &s.member.Status
+	st.PodName, st.PodUID, st.Replicas = "", "", 0
+	set(s, conditions.Ready, false, conditions.ReasonPaused, "The cluster is paused; this member is dormant")
+	return ctrl.Result{}, nil
+}
+
+func setPending(s *state) {
+	set(s, conditions.Ready, false, conditions.ReasonPending, "Waiting for the cluster controller to add this member to etcd")
+}
+
+func (r *Reconciler) setNotReady(s *state, reason, message string) {
+	set(s, conditions.Ready, false, reason, message)
+}
+
+func set(s *state, typ string, status bool, reason, message string) {
+	st := metav1.ConditionFalse
+	if status {
+		st = metav1.ConditionTrue
+	}
+	conditions.Set(&s.member.Status.Conditions, s.member.Generation, typ, st, reason, message)
+}

@@ -1,0 +1,131 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+)
+
+// Dial opens a real client. It fails fast: no retries beyond the dial timeout,
+// because the controllers decide what to do about an unreachable cluster.
+func Dial(ctx context.Context, cfg Config) (Client, error) {
+	timeout := cfg.DialTimeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		TLS:         cfg.TLS,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
+		DialTimeout: timeout,
+		Context:     ctx,
+		Logger:      zap.NewNop(),
+		// Without this, New returns before any connection exists and the
+		// first call waits instead.
+		DialOptions: []grpc.DialOption{grpc.WithBlock()}, //nolint:staticcheck // WithBlock is what makes the dial timeout meaningful.
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("connecting to %v: %w", cfg.Endpoints, err))
+	}
+	return &client{c: c}, nil
+}
+
+type client struct{ c *clientv3.Client }
+
+var _ Client = (*client)(nil)
+
+func (c *client) MemberList(ctx context.Context) (*MemberList, error) {
+	resp, err := c.c.MemberList(ctx)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out := &MemberList{ClusterID: resp.Header.ClusterId}
+	for _, m := range resp.Members {
+		out.Members = append(out.Members, member(m.ID, m.Name, m.PeerURLs, m.ClientURLs, m.IsLearner))
+	}
+	return out, nil
+}
+
+func (c *client) MemberAddAsLearner(ctx context.Context, peerURLs []string) (*Member, error) {
+	resp, err := c.c.MemberAddAsLearner(ctx, peerURLs)
+	if err != nil {
+		return nil, classify(err)
+	}
+	m := member(resp.Member.ID, resp.Member.Name, resp.Member.PeerURLs, resp.Member.ClientURLs, true)
+	return &m, nil
+}
+
+func (c *client) MemberPromote(ctx context.Context, id uint64) error {
+	_, err := c.c.MemberPromote(ctx, id)
+	return classify(err)
+}
+
+func (c *client) MemberRemove(ctx context.Context, id uint64) error {
+	_, err := c.c.MemberRemove(ctx, id)
+	if errors.Is(err, rpctypes.ErrMemberNotFound) {
+		return fmt.Errorf("%w: %016x", ErrMemberNotFound, id)
+	}
+	return classify(err)
+}
+
+func (c *client) Status(ctx context.Context, endpoint string) (*Status, error) {
+	resp, err := c.c.Status(ctx, endpoint)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return &Status{
+		ClusterID:        resp.Header.ClusterId,
+		MemberID:         resp.Header.MemberId,
+		Leader:           resp.Leader,
+		RaftIndex:        resp.RaftIndex,
+		RaftTerm:         resp.RaftTerm,
+		RaftAppliedIndex: resp.RaftAppliedIndex,
+		IsLearner:        resp.IsLearner,
+		Version:          resp.Version,
+		DBSize:           resp.DbSize,
+		DBSizeInUse:      resp.DbSizeInUse,
+		Errors:           resp.Errors,
+	}, nil
+}
+
+func (c *client) AuthEnabled(ctx context.Context) (bool, error) {
+	resp, err := c.c.AuthStatus(ctx)
+	if err != nil {
+		err = classify(err)
+		if errors.Is(err, ErrAuthRequired) {
+			// Only an auth-enabled cluster refuses an anonymous AuthStatus.
+			return true, nil
+		}
+		return false, err
+	}
+	return resp.Enabled, nil
+}
+
+// EnableRootAuth creates the root user with the root role and turns auth on.
+// Every step tolerates having been done before, so a crash in between is
+// finished by the next call.
+func (c *client) EnableRootAuth(ctx context.Context, password string) error {
+	if _, err := c.c.UserAdd(ctx, "root", password); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+		return classify(fmt.Errorf("adding user root: %w", err))
+	}
+	if _, err := c.c.UserGrantRole(ctx, "root", "root"); err != nil {
+		return classify(fmt.Errorf("granting role root: %w", err))
+	}
+	if _, err := c.c.AuthEnable(ctx); err != nil {
+		return classify(fmt.Errorf("enabling auth: %w", err))
+	}
+	return nil
+}
+
+func (c *client) Close() error { return c.c.Close() }
+
+func member(id uint64, name string, peers, clients []string, learner bool) Member {
+	return Member{ID: id, Name: name, PeerURLs: peers, ClientURLs: clients, IsLearner: learner}
+}

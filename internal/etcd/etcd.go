@@ -1,0 +1,137 @@
+// Package etcd is the operator's narrow view of an etcd cluster: membership,
+// per-member status, and the auth calls it needs. The real implementation wraps
+// clientv3; tests use the fake in package etcd/fake.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Member is one etcd member as etcd lists it.
+type Member struct {
+	ID         uint64
+	Name       string // empty until the member has started
+	PeerURLs   []string
+	ClientURLs []string
+	IsLearner  bool
+}
+
+// MemberList is the membership as seen by one member, with the cluster ID from
+// the response header.
+type MemberList struct {
+	ClusterID uint64
+	Members   []Member
+}
+
+// Status is what one member reports about itself (Maintenance Status RPC).
+type Status struct {
+	ClusterID        uint64
+	MemberID         uint64
+	Leader           uint64
+	RaftIndex        uint64
+	RaftTerm         uint64
+	RaftAppliedIndex uint64
+	IsLearner        bool
+	Version          string
+	DBSize           int64
+	DBSizeInUse      int64
+	Errors           []string
+}
+
+// Client is every etcd call the operator makes.
+type Client interface {
+	MemberList(ctx context.Context) (*MemberList, error)
+	// MemberAddAsLearner adds a learner and returns it with the membership
+	// after the change.
+	MemberAddAsLearner(ctx context.Context, peerURLs []string) (*Member, error)
+	MemberPromote(ctx context.Context, id uint64) error
+	MemberRemove(ctx context.Context, id uint64) error
+	// Status asks one endpoint (a client URL) about itself.
+	Status(ctx context.Context, endpoint string) (*Status, error)
+
+	AuthEnabled(ctx context.Context) (bool, error)
+	EnableRootAuth(ctx context.Context, password string) error
+
+	Close() error
+}
+
+// Config says how to reach a cluster.
+type Config struct {
+	Endpoints []string
+	TLS       *tls.Config
+	Username  string
+	Password  string
+	// DialTimeout bounds connection establishment; 5s when zero.
+	DialTimeout time.Duration
+}
+
+// Dialer opens a Client. The controllers receive one so tests can inject the
+// fake.
+type Dialer func(ctx context.Context, cfg Config) (Client, error)
+
+// Errors the controllers tell apart. The real client maps etcd's errors onto
+// them; the fake returns them directly.
+var (
+	// ErrUnhealthy: etcd refused a membership change because not every voter
+	// has been connected long enough (its strict reconfiguration check).
+	ErrUnhealthy = errors.New("etcd: cluster not healthy enough for a membership change")
+	// ErrLearnerNotReady: the learner has not caught up with the leader.
+	ErrLearnerNotReady = errors.New("etcd: learner not in sync with the leader")
+	// ErrMemberNotFound: no member with that ID.
+	ErrMemberNotFound = errors.New("etcd: member not found")
+	// ErrTooManyLearners: etcd allows one learner at a time.
+	ErrTooManyLearners = errors.New("etcd: too many learner members")
+	// ErrAuthRequired: auth is on and no (valid) user was given.
+	ErrAuthRequired = errors.New("etcd: authentication required")
+	// ErrAuthFailed: the credentials were rejected.
+	ErrAuthFailed = errors.New("etcd: authentication failed")
+)
+
+// FormatID renders a member or cluster ID the way the API stores it.
+func FormatID(id uint64) string { return fmt.Sprintf("%016x", id) }
+
+// ParseID parses an ID rendered by FormatID; 0 for an empty string.
+func ParseID(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	var id uint64
+	if _, err := fmt.Sscanf(s, "%x", &id); err != nil {
+		return 0, fmt.Errorf("bad etcd ID %q: %w", s, err)
+	}
+	return id, nil
+}
+
+// classify maps an error message from etcd to one of the sentinel errors, so
+// controllers never match strings themselves.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	for _, c := range []struct {
+		substr string
+		as     error
+	}{
+		{"unhealthy cluster", ErrUnhealthy},
+		{"re-configuration failed due to not enough started members", ErrUnhealthy},
+		{"can only promote a learner member which is in sync with leader", ErrLearnerNotReady},
+		{"member not found", ErrMemberNotFound},
+		{"too many learner members in cluster", ErrTooManyLearners},
+		{"user name is empty", ErrAuthRequired},
+		{"permission denied", ErrAuthRequired},
+		{"insufficient credentials", ErrAuthRequired},
+		{"authentication failed", ErrAuthFailed},
+		{"invalid auth token", ErrAuthFailed},
+	} {
+		if strings.Contains(msg, c.substr) {
+			return fmt.Errorf("%w: %s", c.as, msg)
+		}
+	}
+	return err
+}

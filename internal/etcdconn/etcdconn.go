@@ -1,0 +1,88 @@
+// Package etcdconn turns a cluster and its members into an etcd client
+// configuration: endpoints from member DNS names and TLS from the cluster's
+// Secrets, rebuilt on every dial so rotated certificates are picked up.
+package etcdconn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+)
+
+// Config builds the configuration to reach the given members of a cluster.
+func Config(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember) (etcd.Config, error) {
+	cfg := etcd.Config{}
+	for _, m := range members {
+		cfg.Endpoints = append(cfg.Endpoints, build.ClientURL(m))
+	}
+	if len(cfg.Endpoints) == 0 {
+		return cfg, errors.New("no member to connect to")
+	}
+	t, err := TLS(ctx, r, c)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TLS = t
+	return cfg, nil
+}
+
+// TLS returns the operator's client TLS configuration for a cluster, or nil
+// when the client plane is plain.
+func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster) (*tls.Config, error) {
+	mt := build.MemberTLSOf(c)
+	if mt == nil || mt.ClientServerSecretRef == nil {
+		return nil, nil
+	}
+	server, err := secret(ctx, r, c.Namespace, mt.ClientServerSecretRef.Name)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(server.Data["ca.crt"]) {
+		return nil, fmt.Errorf("secret %s has no usable ca.crt to verify etcd's server certificate", server.Name)
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if name := operatorClientSecret(c); name != "" {
+		s, err := secret(ctx, r, c.Namespace, name)
+		if err != nil {
+			return nil, err
+		}
+		cert, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
+		if err != nil {
+			return nil, fmt.Errorf("secret %s: bad client certificate: %w", name, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+func operatorClientSecret(c *v1alpha2.EtcdCluster) string {
+	if c.Spec.TLS == nil || c.Spec.TLS.Client == nil {
+		return ""
+	}
+	t := c.Spec.TLS.Client
+	switch {
+	case t.OperatorClientSecretRef != nil:
+		return t.OperatorClientSecretRef.Name
+	case t.CertManager != nil && t.CertManager.OperatorClientIssuerRef != nil:
+		return build.OperatorClientTLSSecretName(c.Name)
+	}
+	return ""
+}
+
+func secret(ctx context.Context, r client.Reader, ns, name string) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+		return nil, fmt.Errorf("reading TLS secret %s: %w", name, err)
+	}
+	return s, nil
+}

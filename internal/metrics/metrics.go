@@ -1,0 +1,114 @@
+// Package metrics holds the operator's Prometheus metrics per cluster: desired
+// and ready members, voters, learners, whether etcd has a leader, membership
+// operations by kind and result, and reconcile errors.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+)
+
+// Metrics is the set of collectors; a nil *Metrics records nothing, which
+// keeps controller tests free of a registry.
+type Metrics struct {
+	desired, ready, voters, learners, leader *prometheus.GaugeVec
+	operations, reconcileErrors              *prometheus.CounterVec
+}
+
+var clusterLabels = []string{"namespace", "cluster"}
+
+// New creates the collectors and registers them.
+func New(reg prometheus.Registerer) *Metrics {
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "etcd_operator", Name: name, Help: help}, clusterLabels)
+	}
+	m := &Metrics{
+		desired:  gauge("cluster_desired_members", "Members the latched target asks for."),
+		ready:    gauge("cluster_ready_members", "Running members whose Ready condition is True."),
+		voters:   gauge("cluster_voters", "Voting members, as etcd lists them (or as recorded when etcd was not asked)."),
+		learners: gauge("cluster_learners", "Learner members etcd lists."),
+		leader:   gauge("cluster_has_leader", "1 while a quorum of members passes etcd's /health check, which fails without a leader; else 0."),
+		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "etcd_operator", Name: "membership_operations_total",
+			Help: "Membership operations by kind (create, add-learner, promote, remove) and result (success, error).",
+		}, append(clusterLabels, "operation", "result")),
+		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "etcd_operator", Name: "cluster_reconcile_errors_total", Help: "Reconcile passes of a cluster that ended in an error.",
+		}, clusterLabels),
+	}
+	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors)
+	return m
+}
+
+// ObserveCluster records the gauges of one cluster after a pass.
+func (m *Metrics) ObserveCluster(c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember, list *etcd.MemberList) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"namespace": c.Namespace, "cluster": c.Name}
+	if c.Status.Observed != nil {
+		m.desired.With(l).Set(float64(c.Status.Observed.Replicas))
+	}
+	m.ready.With(l).Set(float64(c.Status.ReadyMembers))
+	voters, learners := 0, 0
+	if list != nil {
+		for _, em := range list.Members {
+			if em.IsLearner {
+				learners++
+			} else {
+				voters++
+			}
+		}
+	} else {
+		for _, mm := range members {
+			if mm.Status.IsVoter && mm.DeletionTimestamp == nil && !mm.Spec.Dormant {
+				voters++
+			}
+		}
+	}
+	m.voters.With(l).Set(float64(voters))
+	if list != nil {
+		m.learners.With(l).Set(float64(learners))
+	}
+	hasLeader := 0.0
+	if conditions.IsTrue(c.Status.Conditions, conditions.Available) {
+		hasLeader = 1
+	}
+	m.leader.With(l).Set(hasLeader)
+}
+
+// MembershipOp counts one membership operation.
+func (m *Metrics) MembershipOp(c *v1alpha2.EtcdCluster, op string, err error) {
+	if m == nil {
+		return
+	}
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	m.operations.WithLabelValues(c.Namespace, c.Name, op, result).Inc()
+}
+
+// ReconcileError counts a failed pass.
+func (m *Metrics) ReconcileError(namespace, name string) {
+	if m == nil {
+		return
+	}
+	m.reconcileErrors.WithLabelValues(namespace, name).Inc()
+}
+
+// Forget drops the series of a deleted cluster.
+func (m *Metrics) Forget(namespace, name string) {
+	if m == nil {
+		return
+	}
+	l := prometheus.Labels{"namespace": namespace, "cluster": name}
+	for _, g := range []*prometheus.GaugeVec{m.desired, m.ready, m.voters, m.learners, m.leader} {
+		g.Delete(l)
+	}
+	m.operations.DeletePartialMatch(l)
+	m.reconcileErrors.Delete(l)
+}
