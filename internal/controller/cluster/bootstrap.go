@@ -125,7 +125,9 @@ func (r *Reconciler) discover(ctx context.Context, w *world, seed *v1alpha2.Etcd
 	w.cluster.Status.ClusterID = etcd.FormatID(list.ClusterID)
 	r.event(w.cluster, false, conditions.ReasonClusterDiscovered, "Discover", "Cluster %s formed from seed %s", w.cluster.Status.ClusterID, seed.Name)
 	logf(ctx, w)("Cluster formed", "clusterID", w.cluster.Status.ClusterID, "seed", seed.Name)
-	return nil, nil
+	// The cluster ID is written before any member joins: discovery only
+	// trusts a seed that is alone.
+	return done(), nil
 }
 
 func formedBySeed(list *etcd.MemberList, seed *v1alpha2.EtcdMember) bool {

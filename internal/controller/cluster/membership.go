@@ -96,7 +96,8 @@ func (r *Reconciler) removeStrays(ctx context.Context, w *world) (*ctrl.Result, 
 			return r.retryable(ctx, w, "removing stray etcd member "+name, err)
 		}
 		r.event(w.cluster, false, conditions.ReasonRemovingStray, "RemoveMember", "Removed etcd member %s (%v) that no EtcdMember accounts for", name, em.PeerURLs)
-		return stop(0), nil
+		// etcd changed under no watch: look again at once.
+		return stop(etcdRetry), nil
 	}
 	return nil, nil
 }
@@ -214,7 +215,8 @@ func (r *Reconciler) promote(ctx context.Context, w *world, m *v1alpha2.EtcdMemb
 	}
 	r.event(w.cluster, false, "MemberPromoted", "Promote", "Promoted learner %s to voter", m.Name)
 	logf(ctx, w)("Promoted learner", "member", m.Name)
-	return stop(0), nil
+	// The member's status change brings the next pass.
+	return done(), nil
 }
 
 // caughtUp compares the learner's applied index with the leader's. etcd itself

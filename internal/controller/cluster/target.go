@@ -20,15 +20,21 @@ import (
 // expired). A spec edit in the middle of a scale waits for the boundary.
 
 // initialize latches the token and the first target on first sight.
+//
+// Whatever is latched is written before anything acts on it: the pass ends
+// here and the status write it leads to brings the next one.
 func (r *Reconciler) initialize(_ context.Context, w *world) (*ctrl.Result, error) {
 	st := &w.cluster.Status
+	if st.ClusterToken != "" && st.Observed != nil {
+		return nil, nil
+	}
 	if st.ClusterToken == "" {
 		st.ClusterToken = build.ClusterToken(w.cluster)
 	}
 	if st.Observed == nil {
 		r.adopt(w, conditions.ReasonInitialSnapshot, "Latched the first target")
 	}
-	return nil, nil
+	return done(), nil
 }
 
 // adopt copies the spec into the target and starts a new deadline.
@@ -117,6 +123,7 @@ func (r *Reconciler) latchTarget(_ context.Context, w *world) (*ctrl.Result, err
 		st.ProgressDeadline = nil
 		if specChanged(w) {
 			r.adopt(w, conditions.ReasonSpecChanged, "Adopted the changed spec")
+			return done(), nil
 		}
 		return nil, nil
 	}
@@ -125,7 +132,7 @@ func (r *Reconciler) latchTarget(_ context.Context, w *world) (*ctrl.Result, err
 	}
 	if specChanged(w) {
 		r.adopt(w, conditions.ReasonRetryAfterDeadline, "The deadline of the previous target expired; adopted the changed spec")
-		return nil, nil
+		return done(), nil
 	}
 	if !terminal(w) {
 		r.giveUp(w)

@@ -299,7 +299,7 @@ func (f *client) Close() error { return nil }
 func (c *Cluster) String() string {
 	var b strings.Builder
 	for _, m := range c.Members() {
-		fmt.Fprintf(&b, "%x %s learner=%t %v\n", m.ID, m.Name, m.IsLearner, m.PeerURLs)
+		fmt.Fprintf(&b, "%x %s learner=%t %v clients=%v\n", m.ID, m.Name, m.IsLearner, m.PeerURLs, m.ClientURLs)
 	}
 	return b.String()
 }

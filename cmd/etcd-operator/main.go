@@ -1,0 +1,142 @@
+// Command etcd-operator runs the controllers of the etcd-operator.cozystack.io
+// API.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
+	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// options are the command-line settings of the manager.
+type options struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	clusterDomain          string
+	operatorImage          string
+	etcdRepository         string
+	watchNamespaces        string
+}
+
+func main() {
+	opts := options{}
+	fs := flag.CommandLine
+	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	fs.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	fs.BoolVar(&opts.leaderElect, "leader-elect", false, "Elect a leader so that only one replica acts at a time.")
+	fs.StringVar(&opts.clusterDomain, "cluster-domain", "", "Cluster DNS domain for certificate names; detected from /etc/resolv.conf when empty, else cluster.local.")
+	fs.StringVar(&opts.operatorImage, "operator-image", os.Getenv("OPERATOR_IMAGE"), "Image of this operator, used for agents in Jobs and init containers.")
+	fs.StringVar(&opts.etcdRepository, "etcd-image-repository", os.Getenv("ETCD_IMAGE_REPOSITORY"), "Repository of etcd images (tag v<version>); quay.io/coreos/etcd when empty.")
+	fs.StringVar(&opts.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"), "Comma-separated namespaces to watch; all when empty.")
+	zapOpts := zap.Options{Development: false}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	if err := run(ctrl.SetupSignalHandler(), opts); err != nil {
+		ctrl.Log.Error(err, "The operator stopped")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, opts options) error {
+	if opts.operatorImage == "controller:latest" {
+		return errors.New("--operator-image is the kustomize placeholder controller:latest; set it to the real image")
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha2.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress:        opts.probeAddr,
+		LeaderElection:                opts.leaderElect,
+		LeaderElectionID:              "aa20b3a9.etcd-operator.cozystack.io",
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOptions(opts.watchNamespaces),
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := setup(ctx, mgr, opts); err != nil {
+		return err
+	}
+	ctrl.Log.Info("Starting etcd-operator", "version", version, "watchNamespaces", opts.watchNamespaces)
+	return mgr.Start(ctx)
+}
+
+func setup(ctx context.Context, mgr ctrl.Manager, opts options) error {
+	m := metrics.New(crmetrics.Registry)
+	if err := membercontroller.IndexPodsByNode(ctx, mgr); err != nil {
+		return err
+	}
+	cr := &clustercontroller.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: etcd.Dial, Metrics: m,
+	}
+	if err := cr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EtcdCluster controller: %w", err)
+	}
+	mr := &membercontroller.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: etcd.Dial, EtcdRepository: opts.etcdRepository,
+	}
+	if err := mr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EtcdMember controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("readyz", healthz.Ping)
+}
+
+// cacheOptions scopes the cache: to the watched namespaces, and for Pods,
+// PVCs, Services and PDBs to the objects the operator manages, so memory does
+// not grow with unrelated workloads.
+func cacheOptions(watch string) cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{build.LabelManagedBy: build.ManagedBy})
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                   {Label: managed},
+		&corev1.PersistentVolumeClaim{}: {Label: managed},
+		&corev1.Service{}:               {Label: managed},
+		&policyv1.PodDisruptionBudget{}: {Label: managed},
+	}}
+	if watch != "" {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range strings.Split(watch, ",") {
+			if ns = strings.TrimSpace(ns); ns != "" {
+				o.DefaultNamespaces[ns] = cache.Config{}
+			}
+		}
+	}
+	return o
+}

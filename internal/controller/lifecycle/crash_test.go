@@ -1,0 +1,80 @@
+package lifecycle
+
+import (
+	"fmt"
+	"testing"
+)
+
+// scenario is a change driven to completion from a converged start.
+type scenario struct {
+	name   string
+	start  int32 // replicas to converge on first (0: start from nothing)
+	target int32
+}
+
+// TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
+// call (API write or etcd membership change) of a scenario, restarts it with
+// no memory, and checks that the cluster still converges with etcd's
+// membership exactly matching the members.
+func TestCrashBetweenAnyTwoCalls(t *testing.T) {
+	scenarios := []scenario{
+		{name: "bootstrap 3", start: 0, target: 3},
+		{name: "scale 1 to 3", start: 1, target: 3},
+		{name: "scale 3 to 1", start: 3, target: 1},
+		{name: "pause 3 to 0", start: 3, target: 0},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			calls := countCalls(t, sc)
+			if calls < 3 {
+				t.Fatalf("only %d mutating calls in the scenario; the harness is not counting", calls)
+			}
+			for k := 1; k <= calls; k++ {
+				t.Run(fmt.Sprintf("crash after call %d of %d", k, calls), func(t *testing.T) {
+					h := prepared(t, sc)
+					h.crashAfter = h.mutations + k
+					h.setReplicasOrCreate(sc)
+					h.run("converge after crash", h.done(sc))
+					if !h.crashed {
+						t.Fatalf("the crash after call %d never happened", k)
+					}
+				})
+			}
+		})
+	}
+}
+
+func prepared(t *testing.T, sc scenario) *harness {
+	h := newHarness(t)
+	if sc.start > 0 {
+		h.createCluster("c", sc.start)
+		h.run("start", h.converged("c", int(sc.start)))
+	}
+	return h
+}
+
+func (h *harness) setReplicasOrCreate(sc scenario) {
+	if sc.start == 0 {
+		h.createCluster("c", sc.target)
+		return
+	}
+	h.setReplicas("c", sc.target)
+}
+
+func (h *harness) done(sc scenario) func() bool {
+	if sc.target > 0 {
+		return h.converged("c", int(sc.target))
+	}
+	return func() bool {
+		ms := h.members("c")
+		return len(ms) == 1 && ms[0].Spec.Dormant && len(h.pods()) == 0 && len(h.etcd.Members()) == 1
+	}
+}
+
+func countCalls(t *testing.T, sc scenario) int {
+	h := prepared(t, sc)
+	before := h.mutations
+	h.setReplicasOrCreate(sc)
+	h.run("clean run", h.done(sc))
+	return h.mutations - before
+}

@@ -1,0 +1,228 @@
+package lifecycle
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+)
+
+func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+func (h *harness) setReplicas(name string, n int32) {
+	h.t.Helper()
+	c := h.getCluster(name)
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.Replicas = ptr.To(n)
+	c.Generation++
+	if err := h.c.Patch(context.Background(), c, patch); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestBootstrap(t *testing.T) {
+	for _, n := range []int32{1, 3, 5} {
+		h := newHarness(t)
+		h.createCluster("c", n)
+		h.run("bootstrap", h.converged("c", int(n)))
+		c := h.getCluster("c")
+		if c.Status.ClusterID != "00000000000000c1" {
+			t.Errorf("clusterID = %q", c.Status.ClusterID)
+		}
+		seeds := 0
+		for _, m := range h.members("c") {
+			if m.Spec.Bootstrap {
+				seeds++
+			}
+			if m.Status.MemberID == "" || !m.Status.IsVoter {
+				t.Errorf("member %s: id=%q voter=%t", m.Name, m.Status.MemberID, m.Status.IsVoter)
+			}
+		}
+		if seeds != 1 {
+			t.Errorf("%d seeds, want 1", seeds)
+		}
+		if !conditions.IsTrue(c.Status.Conditions, conditions.Available) {
+			t.Errorf("not Available:\n%s", h.dump())
+		}
+	}
+}
+
+func TestScaleUpAndDown(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 1)
+	h.run("1", h.converged("c", 1))
+	for _, n := range []int32{3, 5, 3, 1} {
+		h.setReplicas("c", n)
+		h.run("scale", h.converged("c", int(n)))
+	}
+	if got := h.getCluster("c").Status.ClusterID; got != "00000000000000c1" {
+		t.Errorf("cluster ID changed to %s", got)
+	}
+}
+
+func TestPauseAndResumeKeepIdentity(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	h.setReplicas("c", 0)
+	h.run("pause", func() bool {
+		ms := h.members("c")
+		c := h.getCluster("c")
+		return len(ms) == 1 && ms[0].Spec.Dormant && ms[0].Status.PodName == "" &&
+			conditions.Get(c.Status.Conditions, conditions.Available).Reason == conditions.ReasonPaused
+	})
+	survivor := h.members("c")[0]
+	if pods := h.pods(); len(pods) != 0 {
+		t.Fatalf("paused cluster still has pods %v", pods)
+	}
+	h.setReplicas("c", 3)
+	h.run("resume", h.converged("c", 3))
+	var again *v1alpha2.EtcdMember
+	for _, m := range h.members("c") {
+		if m.Name == survivor.Name {
+			again = &m
+		}
+	}
+	if again == nil || again.Status.MemberID != survivor.Status.MemberID {
+		t.Fatalf("the dormant member did not come back with member ID %s:\n%s", survivor.Status.MemberID, h.dump())
+	}
+	if got := h.getCluster("c").Status.ClusterID; got != "00000000000000c1" {
+		t.Errorf("cluster ID changed to %s", got)
+	}
+}
+
+func (h *harness) pods() []string {
+	list := &corev1.PodList{}
+	_ = h.c.List(context.Background(), list)
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func TestMemoryMemberPodLossIsReplaced(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3, func(c *v1alpha2.EtcdCluster) {
+		c.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: mustQuantity("64Mi")}
+	})
+	h.run("3", h.converged("c", 3))
+	victim := h.members("c")[1]
+	pod := &corev1.Pod{}
+	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: victim.Name}, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Delete(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	h.run("replace", func() bool {
+		for _, m := range h.members("c") {
+			if m.Name == victim.Name {
+				return false
+			}
+		}
+		return h.converged("c", 3)()
+	})
+}
+
+func TestDataDirLossIsReplacedNotRebootstrapped(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	var seed v1alpha2.EtcdMember
+	for _, m := range h.members("c") {
+		if m.Spec.Bootstrap {
+			seed = m
+		}
+	}
+	pod := &corev1.Pod{}
+	key := client.ObjectKey{Namespace: ns, Name: seed.Name}
+	if err := h.c.Get(context.Background(), key, pod); err != nil {
+		t.Fatal(err)
+	}
+	if pod.Annotations[build.AnnotationInitialClusterState] != build.StateExisting {
+		t.Fatalf("the seed of a formed cluster would restart with %q", pod.Annotations[build.AnnotationInitialClusterState])
+	}
+	// etcd crashed on the lost raft log and the kubelet recorded why.
+	pod.Status.Conditions = nil
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: build.EtcdContainer, RestartCount: 1,
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 2, Message: "panic: tocommit(42) is out of range [lastIndex(0)]. Was the raft log corrupted, truncated, or lost?",
+		}},
+	}}
+	if err := h.c.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	h.etcd.SetUp(build.PeerURL(&seed), false)
+	h.run("replace seed", func() bool {
+		for _, m := range h.members("c") {
+			if m.Name == seed.Name {
+				return false
+			}
+		}
+		return h.converged("c", 3)()
+	})
+	if got := h.getCluster("c").Status.ClusterID; got != "00000000000000c1" {
+		t.Errorf("cluster ID changed to %s", got)
+	}
+}
+
+func TestUserDeletionThatWouldLoseQuorumIsRefused(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	ms := h.members("c")
+	// One member is down; deleting another would leave 1 of 2 voters.
+	h.etcd.SetUp(build.PeerURL(&ms[0]), false)
+	h.broken[ms[0].Name] = true
+	markNotReady(h, ms[0].Name)
+	h.step()
+	if err := h.c.Delete(context.Background(), &ms[1]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		h.step()
+	}
+	left := &v1alpha2.EtcdMember{}
+	if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(&ms[1]), left); err != nil {
+		t.Fatalf("the member was removed although quorum would be lost: %v", err)
+	}
+	if c := conditions.Get(left.Status.Conditions, conditions.Ready); c == nil || c.Reason != conditions.ReasonRemovalRefused {
+		t.Errorf("no refusal recorded on the member: %+v", c)
+	}
+	if len(h.etcd.Members()) != 3 {
+		t.Errorf("etcd lost a member:\n%s", h.etcd.String())
+	}
+}
+
+// markNotReady makes a member's Pod fail its readiness probe.
+func markNotReady(h *harness, pod string) {
+	p := &corev1.Pod{}
+	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, p); err != nil {
+		return
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	_ = h.c.Status().Update(context.Background(), p)
+}
+
+func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 1)
+	h.run("1", h.converged("c", 1))
+	h.setReplicas("c", 5)
+	h.run("growing", func() bool { return len(h.members("c")) == 3 })
+	h.setReplicas("c", 3)
+	if got := h.getCluster("c").Status.Observed.Replicas; got != 5 {
+		t.Fatalf("observed.replicas = %d right after the edit, want the latched 5", got)
+	}
+	h.run("reach 5 first", func() bool { return h.getCluster("c").Status.ReadyMembers == 5 })
+	h.run("then 3", h.converged("c", 3))
+}
