@@ -26,6 +26,9 @@ const (
 // Load unpacks every image in a docker-save or OCI-layout tarball into a
 // root filesystem under dir and returns them, one per reference.
 func Load(file, dir string) ([]Image, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	kind, err := tarballKind(file)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/daemon"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
+	"github.com/seed74754924/etcd-operator/internal/tools"
+)
+
+func fault(ctx context.Context, args []string) error {
+	fs, dir := flags("fault")
+	if err := parse(fs, args, -2); err != nil {
+		return err
+	}
+	s, err := sandbox.Open(*dir)
+	if err != nil {
+		return err
+	}
+	kind, target := fs.Arg(0), fs.Arg(1)
+	ns, name, namespaced := strings.Cut(target, "/")
+	needsNS := kind != "stop-node" && kind != "start-node"
+	if needsNS && !namespaced {
+		return usageError{fmt.Sprintf("%s needs NAMESPACE/NAME, got %q", kind, target)}
+	}
+	switch kind {
+	case "kill":
+		return s.Kill(ctx, ns, name, fs.Arg(2))
+	case "stop-node":
+		return s.StopNode(ctx, target)
+	case "start-node":
+		return s.StartNode(ctx, target)
+	case "partition":
+		return s.Partition(ctx, ns, name)
+	case "heal":
+		return s.Heal(ctx, ns, name)
+	case "wipe":
+		return s.Wipe(ctx, ns, name)
+	}
+	return usageError{fmt.Sprintf("unknown fault %q (kill, stop-node, start-node, partition, heal, wipe)", kind)}
+}
+
+func image(ctx context.Context, args []string) error {
+	fs, dir := flags("image")
+	if err := parse(fs, args, -1); err != nil {
+		return err
+	}
+	s, err := sandbox.Open(*dir)
+	if err != nil {
+		return err
+	}
+	switch sub := fs.Arg(0); {
+	case sub == "add" && fs.NArg() == 3:
+		return s.AddImage(ctx, fs.Arg(1), fs.Arg(2))
+	case sub == "load" && fs.NArg() == 2:
+		refs, err := s.LoadImage(ctx, fs.Arg(1))
+		if err != nil {
+			return err
+		}
+		for _, r := range refs {
+			fmt.Println("loaded", r)
+		}
+		return nil
+	case sub == "list" && fs.NArg() == 1:
+		st, err := s.Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range st.Images {
+			fmt.Println(r)
+		}
+		return nil
+	}
+	return usageError{"image add REF DIR | image load FILE | image list"}
+}
+
+// daemonCmd is the detached process `up` starts.
+func daemonCmd(args []string) error {
+	fs := flag.NewFlagSet("sandbox daemon", flag.ContinueOnError)
+	dir := fs.String("dir", "", "sandbox directory")
+	maxBackoff := fs.Duration("max-backoff", 0, "back-off cap")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	in, err := instance.Load(*dir)
+	if err != nil {
+		return err
+	}
+	bin, err := tools.BinDir()
+	if err != nil {
+		return err
+	}
+	self, err := stableCopy(in)
+	if err != nil {
+		return err
+	}
+	return daemon.Run(daemon.Options{Instance: in, ToolsBin: bin, Binary: self, MaxBackoff: *maxBackoff})
+}
+
+// stableCopy links (or copies) this binary into D/bin, so rebuilding
+// bin/sandbox while the sandbox runs never breaks container starts.
+func stableCopy(in *instance.Instance) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dst := in.Path("bin", "sandbox")
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return "", err
+	}
+	_ = os.Remove(dst)
+	if err := os.Link(self, dst); err == nil {
+		return dst, nil
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return "", err
+	}
+	start := time.Now()
+	err = os.WriteFile(dst, data, 0o755)
+	slog.Info("Copied the sandbox binary for container starts", "path", dst, "took", time.Since(start))
+	return dst, err
+}
