@@ -58,10 +58,11 @@ func Start(ctx context.Context, in *instance.Instance, opts Options) (*ControlPl
 	return cp, nil
 }
 
-// Stop ends every process, the API server's etcd last.
+// Stop ends every process, the API server's etcd last. The state is thrown
+// away with the directory, so nobody gets more than 2 s to shut down.
 func (cp *ControlPlane) Stop() {
 	for i := len(cp.procs) - 1; i >= 0; i-- {
-		cp.procs[i].stop(10 * time.Second)
+		cp.procs[i].stop(2 * time.Second)
 	}
 	cp.procs = nil
 }

@@ -1,0 +1,178 @@
+// Command helper is the test image of the sandbox suite: a static
+// multi-call binary (the sandbox's images have no shell) that sleeps,
+// serves HTTP, crashes, and inspects its container.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail("usage: helper COMMAND [ARGS]")
+	}
+	args := os.Args[2:]
+	cmds := map[string]func([]string) error{
+		"sleep": sleep, "serve": serve, "exit": exit, "cat": cat, "write": write, "rm": rm,
+		"fstype": fstype, "id": id, "env": env, "resolve": resolve, "get": get, "terminate": terminate,
+	}
+	fn, ok := cmds[os.Args[1]]
+	if !ok {
+		fail("unknown command " + os.Args[1])
+	}
+	if err := fn(args); err != nil {
+		fail(err.Error())
+	}
+}
+
+func fail(msg string) {
+	fmt.Fprintln(os.Stderr, "helper:", msg)
+	os.Exit(1)
+}
+
+// sleep waits for SIGTERM and exits 0, printing what it got.
+func sleep([]string) error {
+	fmt.Println("sleeping")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	fmt.Println("got", <-sig)
+	return nil
+}
+
+// serve PORT answers / with the hostname, /healthz with 200, and /ready
+// with 503 while /tmp/unready exists.
+func serve(args []string) error {
+	port := "8080"
+	if len(args) > 0 {
+		port = args[0]
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		h, _ := os.Hostname()
+		fmt.Fprintln(w, "hello from", h)
+	})
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if _, err := os.Stat("/tmp/unready"); err == nil {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	fmt.Println("serving on", port)
+	srv := &http.Server{Addr: ":" + port, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return srv.ListenAndServe()
+}
+
+// exit CODE [MESSAGE] prints MESSAGE to stderr and exits with CODE.
+func exit(args []string) error {
+	code, err := strconv.Atoi(args[0])
+	if err != nil {
+		return err
+	}
+	if len(args) > 1 {
+		fmt.Fprintln(os.Stderr, strings.Join(args[1:], " "))
+	}
+	os.Exit(code)
+	return nil
+}
+
+// terminate MESSAGE writes the termination message and exits 0.
+func terminate(args []string) error {
+	path := os.Getenv("TERMINATION_PATH")
+	if path == "" {
+		path = "/dev/termination-log"
+	}
+	fmt.Println("writing termination message")
+	return os.WriteFile(path, []byte(strings.Join(args, " ")), 0o644)
+}
+
+func cat(args []string) error {
+	data, err := os.ReadFile(args[0])
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(data)
+	return err
+}
+
+// write FILE CONTENT|--bytes N
+func write(args []string) error {
+	data := []byte(strings.Join(args[1:], " "))
+	if len(args) == 3 && args[1] == "--bytes" {
+		n, err := strconv.Atoi(args[2])
+		if err != nil {
+			return err
+		}
+		data = make([]byte, n)
+	}
+	return os.WriteFile(args[0], data, 0o644)
+}
+
+func rm(args []string) error { return os.Remove(args[0]) }
+
+func fstype(args []string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(args[0], &st); err != nil {
+		return err
+	}
+	names := map[int64]string{0x01021994: "tmpfs", 0xEF53: "ext4", 0x794c7630: "overlay"}
+	name, ok := names[int64(st.Type)]
+	if !ok {
+		name = fmt.Sprintf("0x%x", st.Type)
+	}
+	fmt.Println(name)
+	return nil
+}
+
+func id([]string) error {
+	groups, err := os.Getgroups()
+	if err != nil {
+		return err
+	}
+	wd, _ := os.Getwd()
+	fmt.Printf("uid=%d gid=%d groups=%v cwd=%s\n", os.Getuid(), os.Getgid(), groups, wd)
+	return nil
+}
+
+func env([]string) error {
+	for _, kv := range os.Environ() {
+		fmt.Println(kv)
+	}
+	return nil
+}
+
+func resolve(args []string) error {
+	addrs, err := net.LookupHost(args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Println(strings.Join(addrs, " "))
+	return nil
+}
+
+// get URL fetches a URL with a 2 s timeout and prints the body.
+func get(args []string) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(args[0])
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	n, _ := resp.Body.Read(buf)
+	fmt.Print(string(buf[:n]))
+	if resp.StatusCode >= 400 {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
