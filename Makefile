@@ -8,7 +8,11 @@ SHELL := bash
 GO ?= go
 CONTROLLER_GEN := $(GO) tool controller-gen
 # Generated files, checked for drift by `make test`.
-GENERATED := api/v1alpha2/zz_generated.deepcopy.go charts/etcd-operator/crd-bases
+GENERATED := api/v1alpha2/zz_generated.deepcopy.go charts/etcd-operator/crd-bases charts/etcd-operator/files/role.yaml
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE ?= ghcr.io/seed74754924/etcd-operator:$(VERSION)
+IMAGE_TAR := bin/etcd-operator-image.tar
 
 .PHONY: help
 help: ## Show the targets.
@@ -19,10 +23,19 @@ tools: ## Build the pinned toolchain (Kubernetes, etcd, linter) from the module 
 	@hack/tools.sh
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and CRDs.
+generate: ## Regenerate deepcopy code, CRDs and the operator's RBAC rules.
 	$(CONTROLLER_GEN) object:headerFile="" paths=./api/...
 	rm -rf charts/etcd-operator/crd-bases
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/etcd-operator/crd-bases
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/controller/... output:rbac:artifacts:config=charts/etcd-operator/files
+
+.PHONY: manager
+manager: ## Build the operator binary (static) into bin/manager.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/manager ./cmd/etcd-operator
+
+.PHONY: image
+image: manager ## Build the operator's OCI image tarball (bin/etcd-operator-image.tar) without a container engine.
+	$(GO) run ./hack/image --binary bin/manager --ref $(IMAGE) --out $(IMAGE_TAR)
 
 .PHONY: check-generate
 check-generate: ## Fail if the committed generated files are stale.

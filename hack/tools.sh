@@ -8,6 +8,7 @@
 #   kubernetes/v<ver>/{kube-apiserver,kube-controller-manager,kube-scheduler}
 #   etcd/v<ver>/{etcd,etcdctl,etcdutl}          one directory per supported release
 #   golangci-lint/v<ver>/golangci-lint
+#   helm/v<ver>/helm
 #   bin/                                        symlinks to the default versions
 #
 # Every tool is built in a temporary directory and renamed into place under a
@@ -25,6 +26,7 @@ default_etcd=${etcd_versions[0]}
 
 kube_dir=$root/kubernetes/v$KUBERNETES_VERSION
 lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
+helm_dir=$root/helm/v$HELM_VERSION
 
 if [[ ${1:-} == --dir ]]; then
 	echo "$bin"
@@ -35,18 +37,19 @@ fi
 # no work and takes no lock.
 complete() {
 	local f
-	for f in "$kube_dir"/kube-{apiserver,controller-manager,scheduler} "$lint_dir/golangci-lint"; do
+	for f in "$kube_dir"/kube-{apiserver,controller-manager,scheduler} "$lint_dir/golangci-lint" "$helm_dir/helm"; do
 		[[ -x $f ]] || return 1
 	done
 	for v in "${etcd_versions[@]}"; do
 		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
 	done
-	for f in kube-apiserver kube-controller-manager kube-scheduler etcd etcdctl etcdutl golangci-lint; do
+	for f in kube-apiserver kube-controller-manager kube-scheduler etcd etcdctl etcdutl golangci-lint helm; do
 		[[ -x $bin/$f ]] || return 1
 	done
 	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
 	[[ $(readlink "$bin/kube-apiserver") == "$kube_dir/kube-apiserver" ]] || return 1
 	[[ $(readlink "$bin/golangci-lint") == "$lint_dir/golangci-lint" ]] || return 1
+	[[ $(readlink "$bin/helm") == "$helm_dir/helm" ]] || return 1
 }
 
 if complete; then
@@ -142,6 +145,16 @@ build_golangci_lint() {
 	install_dir "$w/out" "$lint_dir"
 }
 
+build_helm() {
+	local v=$HELM_VERSION mod=helm.sh/helm/v3/cmd/helm@v$HELM_VERSION
+	[[ -x $helm_dir/helm ]] && return
+	echo "tools: building helm v$v" >&2
+	local w=$work/helm
+	mkdir -p "$w/out"
+	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$v" "$mod") || fail "$mod"
+	install_dir "$w/out" "$helm_dir"
+}
+
 # link points bin/<name> at target, replacing any older link atomically.
 link() {
 	ln -sfn "$2" "$bin/.$1.tmp"
@@ -151,10 +164,12 @@ link() {
 build_kubernetes
 for v in "${etcd_versions[@]}"; do build_etcd "$v"; done
 build_golangci_lint
+build_helm
 
 mkdir -p "$bin"
 for c in kube-apiserver kube-controller-manager kube-scheduler; do link "$c" "$kube_dir/$c"; done
 for c in etcd etcdctl etcdutl; do link "$c" "$root/etcd/v$default_etcd/$c"; done
 link golangci-lint "$lint_dir/golangci-lint"
+link helm "$helm_dir/helm"
 
 echo "$bin"

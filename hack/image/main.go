@@ -1,0 +1,116 @@
+// Command image packs a static binary into an OCI image tarball that `docker
+// load` (and `sandbox image load`) accepts, with no container engine: a
+// single layer holding the binary and a passwd entry for the non-root user.
+//
+//	go run ./hack/image --binary bin/manager --ref ghcr.io/x/etcd-operator:dev --out bin/etcd-operator-image.tar
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// nonroot is the user the operator runs as, the same as distroless's.
+const nonroot = "65532"
+
+func main() {
+	binary := flag.String("binary", "bin/manager", "static binary to put at /manager")
+	ref := flag.String("ref", "ghcr.io/seed74754924/etcd-operator:dev", "image reference to tag the image with")
+	out := flag.String("out", "bin/etcd-operator-image.tar", "tarball to write")
+	flag.Parse()
+	if err := build(*binary, *ref, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+	fmt.Println(*ref)
+}
+
+func build(binary, ref, out string) error {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return fmt.Errorf("bad reference %q: %w", ref, err)
+	}
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return err
+	}
+	layerTar, err := rootfs(bin)
+	if err != nil {
+		return err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	})
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", "amd64"
+	cfg.Config = v1.Config{
+		Entrypoint: []string{"/manager"},
+		User:       nonroot + ":" + nonroot,
+		WorkingDir: "/",
+		Env:        []string{"PATH=/"},
+		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/seed74754924/etcd-operator"},
+	}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		return err
+	}
+	return tarball.WriteToFile(out, tag, img)
+}
+
+// rootfs is the single layer: /manager, /etc/passwd and /etc/group naming the
+// non-root user, and a writable /tmp.
+func rootfs(bin []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	entries := []struct {
+		name string
+		mode int64
+		data []byte
+		dir  bool
+	}{
+		{name: "etc/", mode: 0o755, dir: true},
+		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:" + nonroot + ":" + nonroot + ":nonroot:/home/nonroot:/sbin/nologin\n")},
+		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnonroot:x:" + nonroot + ":\n")},
+		{name: "tmp/", mode: 0o1777, dir: true},
+		{name: "manager", mode: 0o755, data: bin},
+	}
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Mode: e.mode, ModTime: epoch, Typeflag: tar.TypeReg, Size: int64(len(e.data))}
+		if e.dir {
+			h.Typeflag, h.Size = tar.TypeDir, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
