@@ -52,6 +52,11 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(tmp)
+	// Readable by everyone: TestNotRoot runs the binary as nobody.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if err := build(tmp); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

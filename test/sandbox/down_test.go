@@ -1,0 +1,166 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox"
+)
+
+// TestDownLeavesNothing: `down` removes every process, network namespace,
+// link, mount and directory of a sandbox, both after a clean run and after
+// the daemon was killed (a crash); a second `down` succeeds. Its sandboxes
+// run beside the suite's, which also shows two instances coexist.
+func TestDownLeavesNothing(t *testing.T) {
+	t.Parallel()
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "sb")
+			ctx := context.Background()
+			s, err := sandbox.Up(ctx, sandbox.Config{Dir: dir, Nodes: 1, Binary: binary})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := s.Instance()
+			startWorkload(t, s)
+			if crash {
+				pid := daemonPID(t, dir)
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := exec.Command(binary, "down", "--dir", dir).CombinedOutput()
+			if err != nil {
+				t.Fatalf("sandbox down: %v\n%s", err, out)
+			}
+			assertNothingLeft(t, dir, in.Name, in.BridgeName())
+			if out, err := exec.Command(binary, "down", "--dir", dir).CombinedOutput(); err != nil {
+				t.Fatalf("a second down failed: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// startWorkload runs a Pod with a tmpfs and a claim, so the sandbox has
+// mounts, a namespace and container processes to leave behind.
+func startWorkload(t *testing.T, s *sandbox.Sandbox) {
+	cfg, err := s.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if err := s.AddImage(ctx, helperImage, helperRoot); err != nil {
+		t.Fatal(err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := kc.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := helperPod("w", []string{"sleep"}, func(p *corev1.Pod) {
+		p.Spec.Volumes = []corev1.Volume{
+			{Name: "mem", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+		}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "mem", MountPath: "/mem"}, {Name: "data", MountPath: "/data"}}
+	})
+	waitFor(t, 30*time.Second, "the default service account", func() (bool, string) {
+		_, err := kc.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	if _, err := kc.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "the workload Running", func() (bool, string) {
+		p, err := kc.CoreV1().Pods("default").Get(ctx, "w", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return running(p), podSummary(p)
+	})
+}
+
+func daemonPID(t *testing.T, dir string) int {
+	data, err := os.ReadFile(filepath.Join(dir, "daemon.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// assertNothingLeft checks the host independently of the sandbox's own
+// cleanup code: /run/netns, /sys/class/net, /proc/self/mountinfo, /proc.
+func assertNothingLeft(t *testing.T, dir, name, bridge string) {
+	t.Helper()
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "sbx-"+name+"-") {
+				t.Errorf("network namespace %s left behind", e.Name())
+			}
+		}
+	}
+	links, _ := os.ReadDir("/sys/class/net")
+	for _, l := range links {
+		if l.Name() == bridge || strings.HasPrefix(l.Name(), "sv"+name+"-") {
+			t.Errorf("link %s left behind", l.Name())
+		}
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 && (strings.HasPrefix(fields[4], dir) || strings.Contains(fields[4], "sbx-"+name+"-")) {
+			t.Errorf("mount %s left behind", fields[4])
+		}
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		env, err := os.ReadFile(filepath.Join("/proc", p.Name(), "environ"))
+		if err == nil && strings.Contains(string(env), "SANDBOX_INSTANCE="+name+"\x00") {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+			t.Errorf("process %s left behind: %s", p.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("directory %s left behind", dir)
+	}
+}
+
+// TestNotRoot: without root every command fails with one clear line.
+func TestNotRoot(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(binary, "status")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err == nil || len(lines) != 1 || !strings.Contains(lines[0], "root") {
+		t.Errorf("as nobody: %v, output %q; want a failure with one line about root", err, out)
+	}
+}
