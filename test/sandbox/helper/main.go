@@ -4,6 +4,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -24,6 +26,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"sleep": sleep, "serve": serve, "exit": exit, "cat": cat, "write": write, "rm": rm,
 		"fstype": fstype, "id": id, "env": env, "resolve": resolve, "get": get, "terminate": terminate,
+		"kube-get": kubeGet,
 	}
 	fn, ok := cmds[os.Args[1]]
 	if !ok {
@@ -171,6 +174,45 @@ func get(args []string) error {
 	buf := make([]byte, 4096)
 	n, _ := resp.Body.Read(buf)
 	fmt.Print(string(buf[:n]))
+	if resp.StatusCode >= 400 {
+		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+// kubeGet PATH calls the API server the way in-cluster clients do: the
+// service-account token and CA, KUBERNETES_SERVICE_HOST and _PORT.
+func kubeGet(args []string) error {
+	const sa = "/var/run/secrets/kubernetes.io/serviceaccount/"
+	token, err := os.ReadFile(sa + "token")
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(sa + "ca.crt")
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return errors.New("no CA in ca.crt")
+	}
+	host := os.Getenv("KUBERNETES_SERVICE_HOST")
+	port := os.Getenv("KUBERNETES_SERVICE_PORT")
+	if len(args) > 1 {
+		host, port = args[1], "443"
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	req, err := http.NewRequest(http.MethodGet, "https://"+net.JoinHostPort(host, port)+args[0], nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+string(token))
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	fmt.Println(resp.Status)
 	if resp.StatusCode >= 400 {
 		return errors.New(resp.Status)
 	}
