@@ -64,6 +64,34 @@ unit: ## Unit tests (no API server, no sandbox).
 test-api: tools ## CRD tests on a real kube-apiserver.
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 10m ./test/api/...
 
+# --- sandbox (a local Kubernetes without containers; needs root) ---------------
+.PHONY: sandbox-bin
+sandbox-bin: ## Build the sandbox binary into bin/sandbox.
+	CGO_ENABLED=0 $(GO) build -o bin/sandbox ./cmd/sandbox
+
+.PHONY: sandbox
+sandbox: tools sandbox-bin ## Start the sandbox in .sandbox/ (3 nodes, real etcd processes) and print what to try.
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" bin/sandbox up
+	@# Issue 4 installs the operator here: load the image tarball, helm install,
+	@# apply examples/etcdcluster.yaml and wait until it is Available.
+	@echo
+	@echo "Try:"
+	@echo "  export KUBECONFIG=$(CURDIR)/.sandbox/kubeconfig"
+	@echo "  kubectl get nodes -o wide                  # three process nodes, Ready"
+	@echo "  kubectl run etcd --image=quay.io/coreos/etcd:v3.6.16 --command -- etcd --listen-client-urls=http://0.0.0.0:2379 --advertise-client-urls=http://127.0.0.1:2379"
+	@echo "  kubectl exec etcd -- etcdctl put hello world   # a real etcd process in its own namespaces"
+	@echo "  bin/sandbox status                         # nodes, images, logs"
+	@echo "  bin/sandbox fault kill default/etcd        # or stop-node, partition, wipe: see docs/sandbox.md"
+	@echo "  make sandbox-down                          # remove everything"
+
+.PHONY: sandbox-down
+sandbox-down: ## Stop the sandbox and remove everything it made (works after a crash too).
+	@if [[ -x bin/sandbox ]]; then bin/sandbox down; else CGO_ENABLED=0 $(GO) run ./cmd/sandbox down; fi
+
+.PHONY: test-sandbox
+test-sandbox: tools ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 15m ./test/sandbox/...
+
 .PHONY: test
-test: tools check-generate vet lint unit test-api ## Everything CI checks.
+test: tools check-generate vet lint unit test-api test-sandbox ## Everything CI checks.
 	@echo "make test: all checks passed"
