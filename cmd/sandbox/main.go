@@ -55,17 +55,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sandbox:", sandbox.ErrNotRoot)
 		os.Exit(1)
 	}
+	os.Exit(runMain(os.Args[1], os.Args[2:]))
+}
+
+// runMain runs one command and returns the exit code: 2 for usage errors.
+func runMain(cmd string, args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, os.Args[1], os.Args[2:]); err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintf(os.Stderr, "sandbox %s: %v\n", os.Args[1], err)
-			os.Exit(2)
-		}
-		fmt.Fprintf(os.Stderr, "sandbox %s: %v\n", os.Args[1], err)
-		os.Exit(1)
+	err := run(ctx, cmd, args)
+	if err == nil {
+		return 0
 	}
+	fmt.Fprintf(os.Stderr, "sandbox %s: %v\n", cmd, err)
+	if errors.As(err, new(usageError)) {
+		return 2
+	}
+	return 1
 }
 
 type usageError struct{ msg string }

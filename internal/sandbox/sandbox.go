@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/seed74754924/etcd-operator/internal/sandbox/cleanup"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/control"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
@@ -116,41 +116,56 @@ func daemonPID(t *testing.T, dir string) int {
 // cleanup code: /run/netns, /sys/class/net, /proc/self/mountinfo, /proc.
 func assertNothingLeft(t *testing.T, dir, name, bridge string) {
 	t.Helper()
-	if entries, err := os.ReadDir("/run/netns"); err == nil {
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "sbx-"+name+"-") {
-				t.Errorf("network namespace %s left behind", e.Name())
-			}
+	for _, ns := range dirEntries("/run/netns") {
+		if strings.HasPrefix(ns, "sbx-"+name+"-") {
+			t.Errorf("network namespace %s left behind", ns)
 		}
 	}
-	links, _ := os.ReadDir("/sys/class/net")
-	for _, l := range links {
-		if l.Name() == bridge || strings.HasPrefix(l.Name(), "sv"+name+"-") {
-			t.Errorf("link %s left behind", l.Name())
+	for _, l := range dirEntries("/sys/class/net") {
+		if l == bridge || strings.HasPrefix(l, "sv"+name+"-") {
+			t.Errorf("link %s left behind", l)
 		}
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) > 4 && (strings.HasPrefix(fields[4], dir) || strings.Contains(fields[4], "sbx-"+name+"-")) {
-			t.Errorf("mount %s left behind", fields[4])
+	for _, mp := range mountPoints(t) {
+		if strings.HasPrefix(mp, dir) || strings.Contains(mp, "sbx-"+name+"-") {
+			t.Errorf("mount %s left behind", mp)
 		}
 	}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		env, err := os.ReadFile(filepath.Join("/proc", p.Name(), "environ"))
+	for _, pid := range dirEntries("/proc") {
+		env, err := os.ReadFile(filepath.Join("/proc", pid, "environ"))
 		if err == nil && strings.Contains(string(env), "SANDBOX_INSTANCE="+name+"\x00") {
-			cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
-			t.Errorf("process %s left behind: %s", p.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+			t.Errorf("process %s left behind: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("directory %s left behind", dir)
 	}
+}
+
+func dirEntries(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func mountPoints(t *testing.T) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 4 {
+			out = append(out, fields[4])
+		}
+	}
+	return out
 }
 
 // TestNotRoot: without root every command fails with one clear line.

@@ -94,7 +94,7 @@ func build(tmp string) error {
 		cmd.Dir = tools.RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building %s: %v\n%s", b.pkg, err, out)
+			return fmt.Errorf("building %s: %w\n%s", b.pkg, err, out)
 		}
 	}
 	if err := os.MkdirAll(filepath.Join(helperRoot, "etc"), 0o755); err != nil {

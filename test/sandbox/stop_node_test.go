@@ -39,34 +39,14 @@ func TestStopNodeReplacesPod(t *testing.T) {
 	if _, err := k.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var first corev1.Pod
-	waitFor(t, 60*time.Second, "the Deployment's Pod running on "+stopNode, func() (bool, string) {
-		pods, err := k.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil || len(pods.Items) != 1 {
-			return false, fmt.Sprint(len(pods.Items), err)
-		}
-		first = pods.Items[0]
-		return running(&first) && first.Spec.NodeName == stopNode, podSummary(&first)
-	})
+	first := waitDeploymentPod(t, ns, func(p *corev1.Pod) bool { return p.Spec.NodeName == stopNode }, 60*time.Second)
 
 	if err := sb.StopNode(ctx, stopNode); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sb.StartNode(context.Background(), stopNode) })
 	stopped := time.Now()
-	waitFor(t, 90*time.Second, "a replacement Running on another node", func() (bool, string) {
-		pods, err := k.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.UID != first.UID && running(p) && p.Spec.NodeName != stopNode {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprintf("%d pods", len(pods.Items))
-	})
+	waitDeploymentPod(t, ns, func(p *corev1.Pod) bool { return p.UID != first.UID && p.Spec.NodeName != stopNode }, 90*time.Second)
 	t.Logf("replaced %s after the node stopped", time.Since(stopped).Round(time.Second))
 
 	if err := sb.StartNode(ctx, stopNode); err != nil {
@@ -81,11 +61,38 @@ func TestStopNodeReplacesPod(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, string(c.Status)
-			}
-		}
-		return false, "no Ready condition"
+		return nodeReady(n), fmt.Sprint(n.Status.Conditions)
 	})
+}
+
+// waitDeploymentPod waits for a Running Pod of the namespace that matches.
+func waitDeploymentPod(t *testing.T, ns string, match func(*corev1.Pod) bool, timeout time.Duration) corev1.Pod {
+	t.Helper()
+	var found corev1.Pod
+	waitFor(t, timeout, "a matching Running Pod", func() (bool, string) {
+		pods, err := k.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if running(p) && match(p) {
+				found = *p
+				return true, ""
+			}
+			seen = append(seen, p.Name+": "+podSummary(p))
+		}
+		return false, fmt.Sprint(seen)
+	})
+	return found
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -113,7 +113,7 @@ func (p *process) waitFor(ctx context.Context, what string, check func(context.C
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not become %s (last: %v); see %s", p.name, what, last, p.logPath)
+			return fmt.Errorf("%s did not become %s (see %s): %w", p.name, what, p.logPath, last)
 		case <-p.done:
 			return fmt.Errorf("%s exited; see %s", p.name, p.logPath)
 		case <-tick.C:

@@ -20,27 +20,7 @@ func TestAllocator(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := NewAllocator(netip.MustParsePrefix(tt.cidr))
-			got := map[string]string{}
-			for _, op := range tt.ops {
-				key := op[1:]
-				if op[0] == '-' {
-					a.Release(key)
-					delete(got, key)
-					continue
-				}
-				addr, err := a.Allocate(key)
-				if key == tt.wantErr {
-					if err == nil {
-						t.Fatalf("allocating %s: want an error, got %s", key, addr)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("allocating %s: %v", key, err)
-				}
-				got[key] = addr.String()
-			}
+			got := applyOps(t, NewAllocator(netip.MustParsePrefix(tt.cidr)), tt.ops, tt.wantErr)
 			if len(got) != len(tt.want) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
@@ -51,4 +31,30 @@ func TestAllocator(t *testing.T) {
 			}
 		})
 	}
+}
+
+// applyOps runs "+key" (allocate) and "-key" (release) operations and
+// returns the addresses held at the end; failKey's allocation must fail.
+func applyOps(t *testing.T, a *Allocator, ops []string, failKey string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, op := range ops {
+		key := op[1:]
+		if op[0] == '-' {
+			a.Release(key)
+			delete(got, key)
+			continue
+		}
+		addr, err := a.Allocate(key)
+		switch {
+		case key == failKey && err == nil:
+			t.Fatalf("allocating %s: want an error, got %s", key, addr)
+		case key == failKey:
+		case err != nil:
+			t.Fatalf("allocating %s: %v", key, err)
+		default:
+			got[key] = addr.String()
+		}
+	}
+	return got
 }

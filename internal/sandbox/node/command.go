@@ -106,7 +106,7 @@ func imageUser(img images.Image) (uint32, uint32, error) {
 		}
 		uid, gid := u, g
 		if hasGroup {
-			return uint32(uid), groupID(img.Root, group, gid), nil
+			return uid, groupID(img.Root, group, gid), nil
 		}
 		return uid, gid, nil
 	}

@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
-	"golang.org/x/sys/unix"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox/pki"
 )

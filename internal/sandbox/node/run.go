@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -20,7 +19,7 @@ import (
 
 // runContainers runs the init containers one after another, then starts
 // (or restarts, by policy and back-off) every container.
-func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
+func (w *podWorker) runContainers(pod *corev1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
@@ -35,7 +34,7 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 		if c.exit != nil && !shouldRestart(policy, true, c.exit.ExitCode) {
 			return
 		}
-		w.maybeStartLocked(ctx, pod, c, now)
+		w.maybeStartLocked(pod, c, now)
 		return
 	}
 	for _, c := range w.ctrs {
@@ -45,12 +44,12 @@ func (w *podWorker) runContainers(ctx context.Context, pod *corev1.Pod) {
 		if c.exit != nil && !shouldRestart(policy, false, c.exit.ExitCode) {
 			continue
 		}
-		w.maybeStartLocked(ctx, pod, c, now)
+		w.maybeStartLocked(pod, c, now)
 	}
 }
 
 // maybeStartLocked starts c unless its back-off has not expired.
-func (w *podWorker) maybeStartLocked(ctx context.Context, pod *corev1.Pod, c *ctr, now time.Time) {
+func (w *podWorker) maybeStartLocked(pod *corev1.Pod, c *ctr, now time.Time) {
 	pulling := c.exit == nil && c.state.Waiting != nil &&
 		(c.state.Waiting.Reason == "ErrImagePull" || c.state.Waiting.Reason == "ImagePullBackOff")
 	if _, ok := w.n.cfg.Images.Lookup(c.spec.Image); ok && pulling {
@@ -70,7 +69,7 @@ func (w *podWorker) maybeStartLocked(ctx context.Context, pod *corev1.Pod, c *ct
 		}
 		return
 	}
-	if err := w.startLocked(ctx, pod, c); err != nil {
+	if err := w.startLocked(pod, c); err != nil {
 		reason := "CreateContainerConfigError"
 		if errors.As(err, new(*pullError)) {
 			reason = "ErrImagePull"
@@ -101,7 +100,7 @@ func (w *podWorker) lookupImage(c *ctr) (images.Image, error) {
 }
 
 // startLocked builds the container's spec and starts container-init.
-func (w *podWorker) startLocked(ctx context.Context, pod *corev1.Pod, c *ctr) error {
+func (w *podWorker) startLocked(pod *corev1.Pod, c *ctr) error {
 	img, err := w.lookupImage(c)
 	if err != nil {
 		return err
@@ -173,7 +172,7 @@ func (w *podWorker) markStartedLocked(pod *corev1.Pod, c *ctr, p *proc, img imag
 	c.started = c.spec.StartupProbe == nil
 	c.ready = c.started && c.spec.ReadinessProbe == nil
 	w.n.recorder.Eventf(pod, corev1.EventTypeNormal, "Started", "Started container %s", c.spec.Name)
-	go w.waitExit(pod, c, p)
+	go w.waitExit(c, p)
 	w.startProbes(pod, c, p)
 }
 
@@ -210,7 +209,7 @@ func (w *podWorker) spawn(specPath string, logs *logWriter) (*proc, error) {
 }
 
 // waitExit records a container's termination and its back-off.
-func (w *podWorker) waitExit(pod *corev1.Pod, c *ctr, p *proc) {
+func (w *podWorker) waitExit(c *ctr, p *proc) {
 	_ = p.cmd.Wait()
 	finished := time.Now()
 	code := exitCode(p.cmd.ProcessState)

@@ -174,7 +174,7 @@ func (w *podWorker) sync(ctx context.Context) bool {
 		return false
 	}
 	w.refreshVolumes(ctx, pod)
-	w.runContainers(ctx, pod)
+	w.runContainers(pod)
 	st := w.pushStatus(ctx, pod)
 	if terminalPhase(st.Phase) && !w.anyRunning() {
 		w.releaseRuntime(ctx)

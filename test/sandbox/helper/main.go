@@ -129,7 +129,7 @@ func fstype(args []string) error {
 		return err
 	}
 	names := map[int64]string{0x01021994: "tmpfs", 0xEF53: "ext4", 0x794c7630: "overlay"}
-	name, ok := names[int64(st.Type)]
+	name, ok := names[st.Type]
 	if !ok {
 		name = fmt.Sprintf("0x%x", st.Type)
 	}
