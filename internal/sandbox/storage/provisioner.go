@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,14 +75,10 @@ func (p *Provisioner) EnsureClasses(ctx context.Context) error {
 }
 
 // ClaimChanged queues a claim ("ns/name").
-func (p *Provisioner) ClaimChanged(key string) { p.queueOf().Add("pvc:" + key) }
+func (p *Provisioner) ClaimChanged(key string) { p.queue.Add("pvc:" + key) }
 
 // VolumeChanged queues a volume.
-func (p *Provisioner) VolumeChanged(name string) { p.queueOf().Add("pv:" + name) }
-
-func (p *Provisioner) queueOf() workqueue.TypedRateLimitingInterface[string] {
-	return p.queue
-}
+func (p *Provisioner) VolumeChanged(name string) { p.queue.Add("pv:" + name) }
 
 // Init prepares the queue; call before registering event handlers.
 func (p *Provisioner) Init() {
@@ -111,11 +108,10 @@ func (p *Provisioner) Run(ctx context.Context) {
 }
 
 func (p *Provisioner) sync(ctx context.Context, key string) error {
-	kind, name := key[:3], key[4:]
-	if kind == "pv:" {
+	if name, ok := strings.CutPrefix(key, "pv:"); ok {
 		return p.syncVolume(ctx, name)
 	}
-	ns, claim, _ := cutKey(key[4:])
+	ns, claim, _ := strings.Cut(strings.TrimPrefix(key, "pvc:"), "/")
 	pvc, err := p.PVCs.PersistentVolumeClaims(ns).Get(claim)
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -130,15 +126,6 @@ func (p *Provisioner) sync(ctx context.Context, key string) error {
 		return p.provision(ctx, pvc)
 	}
 	return p.expand(ctx, pvc)
-}
-
-func cutKey(k string) (string, string, bool) {
-	for i := range k {
-		if k[i] == '/' {
-			return k[:i], k[i+1:], true
-		}
-	}
-	return "", k, false
 }
 
 func ours(class *string) bool {
