@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,7 @@ import (
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/faults"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
@@ -75,6 +78,42 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 	}
+	restarts, err := faultRestarts()
+	if err != nil {
+		return err
+	}
+	m := metrics.New(crmetrics.Registry)
+	ctrl.Log.Info("Starting etcd-operator", "version", version, "watchNamespaces", opts.watchNamespaces)
+	for life := 1; ; life++ {
+		var fault *faults.Life
+		lifeCtx, end := context.WithCancel(ctx)
+		if life <= restarts {
+			fault = faults.NewLife(1, end)
+		}
+		err := runLife(lifeCtx, opts, scheme, m, fault)
+		end()
+		if !fault.Ended() || ctx.Err() != nil {
+			return err
+		}
+		ctrl.Log.Info("Fault injection ended this life after its first mutation; starting afresh", "life", life, "of", restarts)
+	}
+}
+
+// faultRestarts reads the test-only fault injection setting.
+func faultRestarts() (int, error) {
+	v := os.Getenv(faults.EnvRestarts)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s=%q: want a number of restarts", faults.EnvRestarts, v)
+	}
+	return n, nil
+}
+
+// runLife runs one manager until ctx ends: fresh caches, fresh controllers.
+func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metrics.Metrics, fault *faults.Life) error {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
@@ -83,32 +122,38 @@ func run(ctx context.Context, opts options) error {
 		LeaderElectionID:              "aa20b3a9.etcd-operator.cozystack.io",
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(opts.watchNamespaces),
+		NewClient: func(cfg *rest.Config, o client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(cfg, o)
+			if err != nil {
+				return nil, err
+			}
+			return fault.Client(c), nil
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	if err := setup(ctx, mgr, opts); err != nil {
+	if err := setup(ctx, mgr, opts, m, fault); err != nil {
 		return err
 	}
-	ctrl.Log.Info("Starting etcd-operator", "version", version, "watchNamespaces", opts.watchNamespaces)
 	return mgr.Start(ctx)
 }
 
-func setup(ctx context.Context, mgr ctrl.Manager, opts options) error {
-	m := metrics.New(crmetrics.Registry)
+func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metrics, fault *faults.Life) error {
 	if err := membercontroller.IndexPodsByNode(ctx, mgr); err != nil {
 		return err
 	}
+	dial := fault.Dialer(etcd.Dial)
 	cr := &clustercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: etcd.Dial, Metrics: m,
+		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m,
 	}
 	if err := cr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdCluster controller: %w", err)
 	}
 	mr := &membercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: etcd.Dial, EtcdRepository: opts.etcdRepository,
+		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, EtcdRepository: opts.etcdRepository,
 	}
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)

@@ -74,7 +74,7 @@ func TestEtcdCommand(t *testing.T) {
 			notWant: []string{"--client-cert-auth=true"},
 		},
 		{
-			name:   "peer auto TLS and adopted names",
+			name: "peer auto TLS and adopted names",
 			member: member(func(m *v1alpha2.EtcdMember) {
 				m.Spec.TLS = &v1alpha2.MemberTLS{PeerAutoTLS: true}
 				m.Annotations = map[string]string{AnnotationHeadlessService: "db-headless", AnnotationDataDirSubPath: "default.etcd"}

@@ -108,8 +108,10 @@ func etcdContainer(m *v1alpha2.EtcdMember, opts PodOptions) corev1.Container {
 			}},
 			// Short period: the operator waits for readiness between
 			// membership steps, so readiness latency is cluster build time.
-			InitialDelaySeconds: 1,
-			PeriodSeconds:       2,
+			// A learner fails /health (it cannot serve linearizable reads)
+			// and turns ready within a second of its promotion.
+			InitialDelaySeconds: 0,
+			PeriodSeconds:       1,
 			TimeoutSeconds:      2,
 			FailureThreshold:    3,
 		},

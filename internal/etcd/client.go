@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -19,6 +20,10 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
+	opts := []grpc.DialOption{grpc.WithBlock()} //nolint:staticcheck // WithBlock is what makes the dial timeout meaningful.
+	if cfg.Resolve != nil {
+		opts = append(opts, grpc.WithContextDialer(resolvingDialer(cfg.Resolve)))
+	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		TLS:         cfg.TLS,
@@ -29,12 +34,27 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 		Logger:      zap.NewNop(),
 		// Without this, New returns before any connection exists and the
 		// first call waits instead.
-		DialOptions: []grpc.DialOption{grpc.WithBlock()}, //nolint:staticcheck // WithBlock is what makes the dial timeout meaningful.
+		DialOptions: opts,
 	})
 	if err != nil {
 		return nil, classify(fmt.Errorf("connecting to %v: %w", cfg.Endpoints, err))
 	}
 	return &client{c: c}, nil
+}
+
+// resolvingDialer connects to the address cfg.Resolve knows for a host, and
+// to the host itself otherwise. TLS still verifies the host name: only the
+// address lookup changes.
+func resolvingDialer(resolve func(host string) (string, bool)) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil {
+			if ip, ok := resolve(host); ok {
+				addr = net.JoinHostPort(ip, port)
+			}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
 }
 
 type client struct{ c *clientv3.Client }

@@ -68,6 +68,11 @@ type Config struct {
 	Password  string
 	// DialTimeout bounds connection establishment; 5s when zero.
 	DialTimeout time.Duration
+	// Resolve, if set, maps a member's host name to its address before DNS
+	// is asked. Cluster DNS (and each resolver's cache of it) learns about a
+	// new Pod seconds after the operator does; a Pod's own status knows its
+	// IP at once.
+	Resolve func(host string) (string, bool)
 }
 
 // Dialer opens a Client. The controllers receive one so tests can inject the

@@ -19,7 +19,9 @@ import (
 )
 
 // Config builds the configuration to reach the given members of a cluster.
-func Config(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember) (etcd.Config, error) {
+// Secrets are read through r (uncached); Pod addresses through pods (the
+// cache), which may be nil.
+func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember) (etcd.Config, error) {
 	cfg := etcd.Config{}
 	for _, m := range members {
 		cfg.Endpoints = append(cfg.Endpoints, build.ClientURL(m))
@@ -32,7 +34,30 @@ func Config(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, membe
 		return cfg, err
 	}
 	cfg.TLS = t
+	cfg.Resolve = podAddresses(ctx, pods, c)
 	return cfg, nil
+}
+
+// podAddresses maps the DNS names of the cluster's member Pods to their IPs,
+// read from the (cached) Pods of the cluster.
+func podAddresses(ctx context.Context, pods client.Reader, c *v1alpha2.EtcdCluster) func(string) (string, bool) {
+	if pods == nil {
+		return nil
+	}
+	list := &corev1.PodList{}
+	if err := pods.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{build.LabelCluster: c.Name}); err != nil {
+		return nil
+	}
+	byHost := map[string]string{}
+	for _, p := range list.Items {
+		if p.Status.PodIP != "" && p.Spec.Hostname != "" && p.Spec.Subdomain != "" {
+			byHost[fmt.Sprintf("%s.%s.%s.svc", p.Spec.Hostname, p.Spec.Subdomain, p.Namespace)] = p.Status.PodIP
+		}
+	}
+	return func(host string) (string, bool) {
+		ip, ok := byHost[host]
+		return ip, ok
+	}
 }
 
 // TLS returns the operator's client TLS configuration for a cluster, or nil

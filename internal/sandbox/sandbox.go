@@ -102,7 +102,13 @@ func Up(ctx context.Context, cfg Config) (*Sandbox, error) {
 		return nil, err
 	}
 	if err := waitReady(ctx, in, exited); err != nil {
-		return nil, fmt.Errorf("%w (daemon log: %s)\n%s", err, daemonLog(in), tail(daemonLog(in), 15))
+		err = fmt.Errorf("%w (daemon log: %s)\n%s", err, daemonLog(in), tail(daemonLog(in), 15))
+		// Nothing half-started is left behind; the log goes with the
+		// directory, so its tail is in the error.
+		if derr := Down(context.WithoutCancel(ctx), cfg.Dir, cfg.Name); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return nil, err
 	}
 	return Open(cfg.Dir)
 }

@@ -8,6 +8,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
@@ -28,7 +29,7 @@ func (r *Reconciler) dial(ctx context.Context, w *world, via []*v1alpha2.EtcdMem
 	if via == nil {
 		via = w.voterEndpoints()
 	}
-	cfg, err := etcdconn.Config(ctx, r.APIReader, w.cluster, via)
+	cfg, err := etcdconn.Config(ctx, r.APIReader, r.Client, w.cluster, via)
 	if err != nil {
 		return nil, err
 	}
@@ -192,11 +193,14 @@ func (r *Reconciler) promoteLearner(ctx context.Context, w *world) (*ctrl.Result
 
 func (r *Reconciler) promote(ctx context.Context, w *world, m *v1alpha2.EtcdMember, em etcd.Member) (*ctrl.Result, error) {
 	w.working(conditions.ReasonPromotingLearner, fmt.Sprintf("Waiting for learner %s to catch up", m.Name))
-	if m.Status.PodName == "" {
-		// Its Pod has not started; the member's status change wakes us.
+	if m.Status.MemberID == "" {
+		// The learner does not serve yet (its member controller learns its
+		// ID from it the moment it does); that status change wakes us.
 		return done(), nil
 	}
+	began := time.Now()
 	caughtUp, err := r.caughtUp(ctx, w, m)
+	log.FromContext(ctx).V(1).Info("Asked whether the learner caught up", "member", m.Name, "caughtUp", caughtUp, "error", err, "took", time.Since(began).String())
 	if err != nil || !caughtUp {
 		return stop(etcdRetry), nil
 	}
@@ -266,6 +270,7 @@ func (r *Reconciler) refuse(w *world, reason string) (*ctrl.Result, error) {
 // retried soon; anything else is logged and retried with a longer timer.
 func (r *Reconciler) retryable(ctx context.Context, w *world, what string, err error) (*ctrl.Result, error) {
 	if errors.Is(err, etcd.ErrUnhealthy) || errors.Is(err, etcd.ErrLearnerNotReady) {
+		log.FromContext(ctx).V(1).Info("etcd asks to wait", "step", what, "error", err.Error())
 		return stop(etcdRetry), nil
 	}
 	logf(ctx, w)("Membership step failed; retrying", "step", what, "error", err.Error())

@@ -57,10 +57,14 @@ func setAvailable(w *world) {
 		set(w, conditions.Available, false, conditions.ReasonBootstrapping, "The seed member has not formed the cluster yet")
 	case readyN >= desired && readyN > 0:
 		set(w, conditions.Available, true, conditions.ReasonQuorumHealthy, fmt.Sprintf("All %d members are ready", readyN))
-	case readyN >= quorum.Size(desired):
-		set(w, conditions.Available, true, conditions.ReasonQuorumAvailable, fmt.Sprintf("%d of %d members are ready, a quorum", readyN, desired))
 	default:
-		set(w, conditions.Available, false, conditions.ReasonQuorumLost, fmt.Sprintf("Only %d of %d members are ready; %d needed for quorum", readyN, desired, quorum.Size(desired)))
+		// Judged against the voters etcd has now, not the target: a cluster
+		// growing from 1 to 3 with its one voter healthy serves fine.
+		if d := quorum.Now(w.voters()); d.OK {
+			set(w, conditions.Available, true, conditions.ReasonQuorumAvailable, d.Reason+", a quorum")
+		} else {
+			set(w, conditions.Available, false, conditions.ReasonQuorumLost, d.Reason)
+		}
 	}
 }
 
@@ -84,7 +88,6 @@ func setProgressing(w *world) {
 }
 
 func setDegraded(w *world) {
-	desired, readyN := w.desired(), w.readyCount()
 	var unhealthy []string
 	for _, m := range w.running() {
 		// A member still joining is not unhealthy; a voter that is not
@@ -98,8 +101,8 @@ func setDegraded(w *world) {
 		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
 	case w.refused != "":
 		set(w, conditions.Degraded, true, conditions.ReasonRefused, "Holding membership changes: "+w.refused)
-	case w.cluster.Status.ClusterID != "" && readyN < quorum.Size(desired):
-		set(w, conditions.Degraded, true, conditions.ReasonQuorumLost, fmt.Sprintf("Only %d of %d members are ready", readyN, desired))
+	case w.cluster.Status.ClusterID != "" && !quorum.Now(w.voters()).OK:
+		set(w, conditions.Degraded, true, conditions.ReasonQuorumLost, quorum.Now(w.voters()).Reason)
 	case len(unhealthy) > 0 && w.cluster.Status.ClusterID != "":
 		set(w, conditions.Degraded, true, conditions.ReasonMembersUnhealthy, fmt.Sprintf("Members not ready: %v", unhealthy))
 	default:

@@ -32,7 +32,7 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 			for k := 1; k <= calls; k++ {
 				t.Run(fmt.Sprintf("crash after call %d of %d", k, calls), func(t *testing.T) {
 					h := prepared(t, sc)
-					h.crashAfter = h.mutations + k
+					h.restart(k)
 					h.setReplicasOrCreate(sc)
 					h.run("converge after crash", h.done(sc))
 					if !h.crashed {

@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -28,33 +27,31 @@ import (
 	memberctrl "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	etcdfake "github.com/seed74754924/etcd-operator/internal/etcd/fake"
+	"github.com/seed74754924/etcd-operator/internal/faults"
 )
 
 const ns = "default"
 
-// errCrash is what every call returns once the simulated operator died.
-var errCrash = errors.New("operator crashed")
-
 // harness runs both controllers against a fake API server and a fake etcd,
 // with a kubelet stand-in that starts member Pods in the fake etcd.
 type harness struct {
-	t        *testing.T
-	c        client.Client
-	operator client.Client
-	etcd     *etcdfake.Cluster
-	clock    *clocktesting.FakeClock
+	t     *testing.T
+	c     client.Client
+	raw   client.WithWatch
+	etcd  *etcdfake.Cluster
+	clock *clocktesting.FakeClock
 
 	cluster *clusterctrl.Reconciler
 	member  *memberctrl.Reconciler
 
-	// Crash injection: after crashAfter mutating calls (API writes and etcd
-	// membership changes) the operator dies; every later call fails until
-	// restart() builds new controllers, as a new process would.
-	crashAfter int
-	mutations  int
-	dead       bool
-	crashed    bool
-	uids       int
+	// Crash injection: a life started by restart(k) ends after k mutating
+	// calls (API writes and etcd membership changes); every later call fails
+	// until the next restart builds new controllers, as a new process would.
+	// mutations counts the operator's mutating calls over all lives.
+	life      *faults.Life
+	mutations int
+	crashed   bool
+	uids      int
 
 	// broken names Pods whose etcd the kubelet will not start.
 	broken map[string]bool
@@ -76,119 +73,80 @@ func newHarness(t *testing.T) *harness {
 		Build()
 	// The harness itself (kubelet, garbage collector, checks) uses the raw
 	// client; only the operator's calls count and can crash.
-	h.c = raw
-	h.operator = interceptor.NewClient(raw, h.interceptor())
-	h.restart()
+	h.c, h.raw = raw, raw
+	h.restart(0)
 	return h
 }
 
-// restart replaces the controllers, losing every in-memory state.
-func (h *harness) restart() {
-	h.dead = false
-	rec := &events.FakeRecorder{}
-	dial := h.dialer()
-	h.cluster = &clusterctrl.Reconciler{Client: h.operator, APIReader: h.operator, Recorder: rec, Dial: dial, Clock: h.clock}
-	h.member = &memberctrl.Reconciler{Client: h.operator, APIReader: h.operator, Recorder: rec, Dial: dial, Clock: h.clock}
-}
-
-// mutate counts a mutating call and reports whether the operator is dead by
-// now. The call that reaches the limit still happens: death comes after it.
-func (h *harness) mutate() error {
-	if h.dead {
-		return errCrash
+// restart replaces the controllers, losing every in-memory state. With
+// crashAfter > 0 the new life ends after that many mutating calls.
+func (h *harness) restart(crashAfter int) {
+	h.life = nil
+	if crashAfter > 0 {
+		h.life = faults.NewLife(crashAfter, func() { h.crashed = true })
 	}
-	h.mutations++
-	if h.crashAfter > 0 && h.mutations == h.crashAfter {
-		h.dead, h.crashed = true, true
-	}
-	return nil
-}
-
-func (h *harness) interceptor() interceptor.Funcs {
-	return interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			return h.read(func() error { return c.Get(ctx, key, obj, opts...) })
-		},
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			return h.read(func() error { return c.List(ctx, list, opts...) })
-		},
+	counting := interceptor.NewClient(h.raw, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if obj.GetUID() == "" {
 				// The fake API server assigns no UIDs; owner references need them.
 				h.uids++
 				obj.SetUID(types.UID(fmt.Sprintf("uid-%d", h.uids)))
 			}
-			return h.write(func() error { return c.Create(ctx, obj, opts...) })
+			return h.count(c.Create(ctx, obj, opts...))
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			return h.write(func() error { return c.Patch(ctx, obj, patch, opts...) })
+			return h.count(c.Patch(ctx, obj, patch, opts...))
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			return h.write(func() error { return c.Delete(ctx, obj, opts...) })
+			return h.count(c.Delete(ctx, obj, opts...))
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			return h.write(func() error { return c.SubResource(sub).Patch(ctx, obj, patch, opts...) })
+			return h.count(c.SubResource(sub).Patch(ctx, obj, patch, opts...))
 		},
-	}
+	})
+	operator := h.life.Client(counting)
+	rec := &events.FakeRecorder{}
+	dial := h.life.Dialer(h.countingDialer())
+	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: rec, Dial: dial, Clock: h.clock}
+	h.member = &memberctrl.Reconciler{Client: operator, APIReader: operator, Recorder: rec, Dial: dial, Clock: h.clock}
 }
 
-// read fails once the operator is dead.
-func (h *harness) read(call func() error) error {
-	if h.dead {
-		return errCrash
-	}
-	return call()
-}
-
-// write fails once the operator is dead, and counts a successful call.
-func (h *harness) write(call func() error) error {
-	if h.dead {
-		return errCrash
-	}
-	err := call()
+// count counts a successful mutating call.
+func (h *harness) count(err error) error {
 	if err == nil {
-		_ = h.mutate()
+		h.mutations++
 	}
 	return err
 }
 
-// dialer wraps the fake etcd so that membership changes count as mutations
-// and fail once the operator is dead.
-func (h *harness) dialer() etcd.Dialer {
+// countingDialer wraps the fake etcd so that membership changes count.
+func (h *harness) countingDialer() etcd.Dialer {
 	inner := h.etcd.Dialer()
 	return func(ctx context.Context, cfg etcd.Config) (etcd.Client, error) {
-		if h.dead {
-			return nil, errCrash
-		}
 		c, err := inner(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
-		return &crashingClient{Client: c, h: h}, nil
+		return &countingClient{Client: c, h: h}, nil
 	}
 }
 
-type crashingClient struct {
+type countingClient struct {
 	etcd.Client
 	h *harness
 }
 
-func (c *crashingClient) MemberAddAsLearner(ctx context.Context, urls []string) (*etcd.Member, error) {
-	var m *etcd.Member
-	err := c.h.write(func() error {
-		var err error
-		m, err = c.Client.MemberAddAsLearner(ctx, urls)
-		return err
-	})
-	return m, err
+func (c *countingClient) MemberAddAsLearner(ctx context.Context, urls []string) (*etcd.Member, error) {
+	m, err := c.Client.MemberAddAsLearner(ctx, urls)
+	return m, c.h.count(err)
 }
 
-func (c *crashingClient) MemberPromote(ctx context.Context, id uint64) error {
-	return c.h.write(func() error { return c.Client.MemberPromote(ctx, id) })
+func (c *countingClient) MemberPromote(ctx context.Context, id uint64) error {
+	return c.h.count(c.Client.MemberPromote(ctx, id))
 }
 
-func (c *crashingClient) MemberRemove(ctx context.Context, id uint64) error {
-	return c.h.write(func() error { return c.Client.MemberRemove(ctx, id) })
+func (c *countingClient) MemberRemove(ctx context.Context, id uint64) error {
+	return c.h.count(c.Client.MemberRemove(ctx, id))
 }
 
 // createCluster creates an EtcdCluster with defaults the API server would set.
@@ -223,8 +181,8 @@ func (h *harness) step() {
 	for _, m := range members.Items {
 		_, _ = h.member.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&m)})
 	}
-	if h.dead {
-		h.restart()
+	if h.life.Ended() {
+		h.restart(0)
 	}
 	h.kubelet()
 	h.collectGarbage()

@@ -45,6 +45,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -178,7 +179,8 @@ func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error)
 	if podLost(s) {
 		return ctrl.Result{}, nil
 	}
-	if err := r.ensurePVC(ctx, s); err != nil {
+	if ok, err := r.ensurePVC(ctx, s); err != nil || !ok {
+		// The claim's binding event brings us back.
 		return ctrl.Result{}, err
 	}
 	if s.pod == nil {

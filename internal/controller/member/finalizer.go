@@ -77,7 +77,7 @@ func (r *Reconciler) removeFromEtcd(ctx context.Context, s *state) (bool, error)
 		// membership with it.
 		return true, nil
 	}
-	cfg, err := etcdconn.Config(ctx, r.APIReader, s.cluster, others)
+	cfg, err := etcdconn.Config(ctx, r.APIReader, r.Client, s.cluster, others)
 	if err != nil {
 		return false, err
 	}

@@ -83,7 +83,7 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 // readStatus asks the member's own etcd about itself.
 func (r *Reconciler) readStatus(ctx context.Context, s *state) error {
 	m := s.member
-	cfg, err := etcdconn.Config(ctx, r.APIReader, s.cluster, []*v1alpha2.EtcdMember{m})
+	cfg, err := etcdconn.Config(ctx, r.APIReader, r.Client, s.cluster, []*v1alpha2.EtcdMember{m})
 	if err != nil {
 		return err
 	}

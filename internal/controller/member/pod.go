@@ -6,8 +6,10 @@ import (
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,10 +33,14 @@ func initialState(s *state) string {
 	return build.StateExisting
 }
 
-func (r *Reconciler) ensurePVC(ctx context.Context, s *state) error {
+// ensurePVC creates the member's claim and reports whether the Pod may be
+// created: a claim of a class that binds immediately must be bound first,
+// because a Pod with an unbound claim is rejected by the scheduler, which
+// then backs off for seconds before it looks again.
+func (r *Reconciler) ensurePVC(ctx context.Context, s *state) (bool, error) {
 	m := s.member
 	if m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory {
-		return nil
+		return true, nil
 	}
 	want := build.PVC(m)
 	have := &corev1.PersistentVolumeClaim{}
@@ -42,15 +48,34 @@ func (r *Reconciler) ensurePVC(ctx context.Context, s *state) error {
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating PVC %s: %w", want.Name, err)
+			return false, fmt.Errorf("creating PVC %s: %w", want.Name, err)
 		}
+		have = want
 	case err != nil:
-		return fmt.Errorf("reading PVC %s: %w", want.Name, err)
+		return false, fmt.Errorf("reading PVC %s: %w", want.Name, err)
 	case !ownedBy(have, m):
-		return fmt.Errorf("PVC %s belongs to something else (an earlier member of that name?); waiting for it to be deleted", have.Name)
+		return false, fmt.Errorf("PVC %s belongs to something else (an earlier member of that name?); waiting for it to be deleted", have.Name)
 	}
 	m.Status.PVCName = want.Name
-	return nil
+	if s.pod != nil || have.Status.Phase == corev1.ClaimBound || r.bindsOnFirstUse(ctx, have) {
+		return true, nil
+	}
+	r.setNotReady(s, "WaitingForVolume", fmt.Sprintf("Waiting for PVC %s to be bound", have.Name))
+	return false, nil
+}
+
+// bindsOnFirstUse reports whether the claim's class waits for a Pod before it
+// binds (or is unknown, in which case waiting could last forever).
+func (r *Reconciler) bindsOnFirstUse(ctx context.Context, pvc *corev1.PersistentVolumeClaim) bool {
+	name := ptr.Deref(pvc.Spec.StorageClassName, "")
+	if name == "" {
+		return true
+	}
+	sc := &storagev1.StorageClass{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, sc); err != nil {
+		return true
+	}
+	return sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
 }
 
 // createPod starts the member once the Secrets it mounts exist.
