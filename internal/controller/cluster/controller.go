@@ -121,6 +121,7 @@ func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error
 		r.waitForLeavers,
 		r.readEtcd,
 		r.removeStrays,
+		r.replaceStaleJoiner,
 		r.completePending,
 		r.promoteLearner,
 		r.replaceLost,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,6 +34,7 @@ func (r *Reconciler) grow(ctx context.Context, w *world) (*ctrl.Result, error) {
 	if dormant := w.dormant(); len(dormant) > 0 {
 		return r.setDormant(ctx, w, dormant[0], false)
 	}
+
 	for _, m := range w.running() {
 		if !ready(m) || !m.Status.IsVoter {
 			w.working(conditions.ReasonWaitingForMembers, fmt.Sprintf("Waiting for member %s to be a ready voter before adding the next", m.Name))
@@ -138,4 +140,38 @@ func (r *Reconciler) replaceLost(ctx context.Context, w *world) (*ctrl.Result, e
 			fmt.Sprintf("Removing lost member %s to replace it (%s: %s)", m.Name, why.Reason, why.Message))
 	}
 	return nil, nil
+}
+
+// replaceStaleJoiner removes a member made for an earlier target that never
+// joined (unschedulable, say). Members are never re-templated, so it would
+// wait forever; the scale step then adds one from the current target.
+func (r *Reconciler) replaceStaleJoiner(ctx context.Context, w *world) (*ctrl.Result, error) {
+	m := staleJoiner(w)
+	if m == nil || terminal(w) {
+		return nil, nil
+	}
+	w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which never joined and was made for an earlier target", m.Name))
+	return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
+		fmt.Sprintf("Removing member %s: it never became a ready voter and the target changed since it was made", m.Name))
+}
+
+// staleJoiner finds a member that never became a ready voter and whose
+// template no longer matches the latched target.
+func staleJoiner(w *world) *v1alpha2.EtcdMember {
+	o := w.cluster.Status.Observed
+	for _, m := range w.running() {
+		if m.Status.IsVoter || ready(m) {
+			continue
+		}
+		s := m.Spec
+		if s.Version != o.Version || s.Storage.Size.Cmp(o.Storage.Size) != 0 ||
+			!equality.Semantic.DeepEqual(s.Affinity, o.Affinity) ||
+			!equality.Semantic.DeepEqual(s.TopologySpreadConstraints, o.TopologySpreadConstraints) ||
+			!equality.Semantic.DeepEqual(s.Resources, o.Resources) ||
+			!equality.Semantic.DeepEqual(s.ImagePullSecrets, o.ImagePullSecrets) ||
+			!equality.Semantic.DeepEqual(s.Options, o.Options) {
+			return m
+		}
+	}
+	return nil
 }

@@ -209,7 +209,7 @@ func (h *harness) kubelet() {
 	_ = h.c.List(ctx, pods)
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if isReady(p) || h.broken[p.Name] {
+		if isReady(p) || h.broken[p.Name] || unschedulable(p) {
 			continue
 		}
 		if err := h.startEtcd(p); err != nil {
@@ -299,6 +299,13 @@ func (h *harness) stopDeadPods() {
 	}
 }
 
+// unschedulable: the stand-in's nodes have no labels, so a required node
+// affinity never matches.
+func unschedulable(p *corev1.Pod) bool {
+	a := p.Spec.Affinity
+	return a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+}
+
 func isReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -368,7 +375,7 @@ func (h *harness) dump() string {
 	clusters := &v1alpha2.EtcdClusterList{}
 	_ = h.c.List(context.Background(), clusters)
 	for _, c := range clusters.Items {
-		fmt.Fprintf(&b, "cluster %s: id=%s ready=%d observed=%+v\n", c.Name, c.Status.ClusterID, c.Status.ReadyMembers, c.Status.Observed != nil)
+		fmt.Fprintf(&b, "cluster %s: id=%s ready=%d deadline=%v observed=%+v\n", c.Name, c.Status.ClusterID, c.Status.ReadyMembers, c.Status.ProgressDeadline, c.Status.Observed)
 		for _, cond := range c.Status.Conditions {
 			fmt.Fprintf(&b, "  %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 		}

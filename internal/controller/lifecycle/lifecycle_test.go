@@ -226,3 +226,30 @@ func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
 	h.run("reach 5 first", func() bool { return h.getCluster("c").Status.ReadyMembers == 5 })
 	h.run("then 3", h.converged("c", 3))
 }
+
+func TestImpossibleTargetExceedsTheDeadlineAndASpecEditFixesIt(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 1, func(c *v1alpha2.EtcdCluster) { c.Spec.ProgressDeadlineSeconds = ptr.To[int32](20) })
+	h.run("1", h.converged("c", 1))
+	c := h.getCluster("c")
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Spec.Replicas = ptr.To[int32](3)
+	c.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "nowhere", Operator: corev1.NodeSelectorOpExists}}}},
+	}}}
+	if err := h.c.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet stand-in cannot place the new member's Pod.
+	h.run("deadline", func() bool {
+		cond := conditions.Get(h.getCluster("c").Status.Conditions, conditions.Progressing)
+		return cond != nil && cond.Reason == conditions.ReasonDeadlineExceeded
+	})
+	c = h.getCluster("c")
+	patch = client.MergeFrom(c.DeepCopy())
+	c.Spec.Affinity = nil
+	if err := h.c.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	h.run("fixed", h.converged("c", 3))
+}
