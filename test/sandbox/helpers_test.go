@@ -127,17 +127,22 @@ func dump(t *testing.T, ns string) {
 	t.Logf("daemon log tail:\n%s", strings.Join(lines[max(0, len(lines)-20):], "\n"))
 }
 
-// kubectl runs kubectl against the suite's sandbox.
+// kubectl runs kubectl against the suite's sandbox and returns its output:
+// stdout, and stderr too when it fails.
 func kubectl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "kubectl", args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
+	// kubectl warns on stderr now and then (websocket stream noise): only
+	// a failure's stderr matters.
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
 }
 
 // mustKubectl fails the test when kubectl fails.

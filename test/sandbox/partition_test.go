@@ -46,7 +46,10 @@ func TestPartitionAndHeal(t *testing.T) {
 		out, _ := c.etcdctl(t, 2, "get", "during", "--consistency=s", "--print-value-only")
 		return strings.TrimSpace(out) == "partition", out
 	})
-	if out, err := c.etcdctl(t, 0, victimEndpoint, "endpoint", "health"); err != nil {
-		t.Errorf("healed member unhealthy: %v: %s", err, out)
-	}
+	// Its peer connections come back within etcd's own probing interval.
+	waitFor(t, 30*time.Second, "the healed member healthy", func() (bool, string) {
+		out, err := c.etcdctl(t, 0, victimEndpoint, "endpoint", "health")
+		return err == nil, out
+	})
+	waitPod(t, c.ns, c.member(2), 30*time.Second, "Ready again", ready)
 }

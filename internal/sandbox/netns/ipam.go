@@ -11,6 +11,7 @@ type Allocator struct {
 	cidr  netip.Prefix
 	byKey map[string]netip.Addr
 	inUse map[netip.Addr]bool
+	last  netip.Addr // most recently handed out
 }
 
 // NewAllocator returns an allocator over cidr. The network and broadcast
@@ -20,15 +21,27 @@ func NewAllocator(cidr netip.Prefix) *Allocator {
 }
 
 // Allocate returns key's address, the same one on every call until Release.
+// Addresses are handed out round-robin, so a released one is reused as late
+// as possible (other Pods may still have it in their hosts files).
 func (a *Allocator) Allocate(key string) (netip.Addr, error) {
 	if addr, ok := a.byKey[key]; ok {
 		return addr, nil
 	}
-	last := lastAddr(a.cidr)
-	for addr := a.cidr.Addr().Next(); addr.IsValid() && addr.Less(last); addr = addr.Next() {
+	first, broadcast := a.cidr.Addr().Next(), lastAddr(a.cidr)
+	size := 0
+	for addr := first; addr.Less(broadcast); addr = addr.Next() {
+		size++
+	}
+	addr := a.last
+	for range size {
+		addr = addr.Next()
+		if !addr.IsValid() || !addr.Less(broadcast) || addr.Less(first) {
+			addr = first
+		}
 		if !a.inUse[addr] {
 			a.inUse[addr] = true
 			a.byKey[key] = addr
+			a.last = addr
 			return addr, nil
 		}
 	}

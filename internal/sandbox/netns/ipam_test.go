@@ -15,7 +15,8 @@ func TestAllocator(t *testing.T) {
 	}{
 		{name: "first host address first", cidr: "10.9.1.0/24", ops: []string{"+a"}, want: map[string]string{"a": "10.9.1.1"}},
 		{name: "stable per key", cidr: "10.9.1.0/24", ops: []string{"+a", "+b", "+a"}, want: map[string]string{"a": "10.9.1.1", "b": "10.9.1.2"}},
-		{name: "released address reused", cidr: "10.9.1.0/24", ops: []string{"+a", "+b", "-a", "+c"}, want: map[string]string{"b": "10.9.1.2", "c": "10.9.1.1"}},
+		{name: "released address reused last", cidr: "10.9.1.0/24", ops: []string{"+a", "+b", "-a", "+c"}, want: map[string]string{"b": "10.9.1.2", "c": "10.9.1.3"}},
+		{name: "wraps around to freed addresses", cidr: "10.9.1.0/29", ops: []string{"+a", "+b", "+c", "+d", "+e", "+f", "-b", "+g"}, want: map[string]string{"a": "10.9.1.1", "c": "10.9.1.3", "d": "10.9.1.4", "e": "10.9.1.5", "f": "10.9.1.6", "g": "10.9.1.2"}},
 		{name: "broadcast never used", cidr: "10.9.1.0/30", ops: []string{"+a", "+b", "+c"}, want: map[string]string{"a": "10.9.1.1", "b": "10.9.1.2"}, wantErr: "c"},
 	}
 	for _, tt := range tests {

@@ -82,7 +82,7 @@ func Setup(ctx context.Context, p Pod) error {
 	}
 	steps := [][]string{
 		{"netns", "add", p.Netns},
-		{"link", "add", p.Veth, "type", "veth", "peer", "name", "eth0", "netns", p.Netns},
+		{"link", "add", p.Veth, "type", "veth", "peer", "name", "eth0", "address", MAC(p.Addr.Addr()), "netns", p.Netns},
 		{"link", "set", p.Veth, "master", p.Bridge, "up"},
 		{"-n", p.Netns, "addr", "add", p.Addr.String(), "dev", "eth0"},
 		{"-n", p.Netns, "link", "set", "eth0", "up"},
@@ -94,6 +94,14 @@ func Setup(ctx context.Context, p Pod) error {
 		}
 	}
 	return nil
+}
+
+// MAC derives the Pod's MAC address from its IP, as Docker does: when an
+// IP is handed out again, the neighbour caches of the host and of other
+// Pods stay right instead of pointing at a vanished interface for seconds.
+func MAC(ip netip.Addr) string {
+	b := ip.As4()
+	return fmt.Sprintf("02:42:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
 }
 
 // Teardown removes the veth pair and the namespace; missing ones are fine.
