@@ -1,0 +1,60 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seed74754924/etcd-operator/internal/build"
+)
+
+// TestBootstrap forms clusters of 1, 3 and 5 members from a single seed, and
+// checks the objects around them: Services, the voters-only budget, labels.
+func TestBootstrap(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, "e2e-bootstrap")
+	for _, n := range []int32{1, 3, 5} {
+		t.Run(fmt.Sprintf("%d members", n), func(t *testing.T) {
+			t.Parallel()
+			name := fmt.Sprintf("boot%d", n)
+			newCluster(t, ns, name, n)
+			w := startWriter(t, ns, name)
+			waitReconciled(t, ns, name, int(n), 3*time.Minute)
+			checkBootstrapped(t, ns, name, int(n))
+			w.verify(10)
+		})
+	}
+}
+
+func checkBootstrapped(t *testing.T, ns, name string, n int) {
+	t.Helper()
+	c := getCluster(t, ns, name)
+	if len(c.Status.ClusterID) != 16 || c.Status.Selector != build.SelectorString(name) {
+		t.Errorf("status: clusterID=%q selector=%q", c.Status.ClusterID, c.Status.Selector)
+	}
+	seeds := 0
+	for _, m := range members(t, ns, name) {
+		if m.Spec.Bootstrap {
+			seeds++
+		}
+		if !m.Status.IsVoter || len(m.Status.MemberID) != 16 || m.Status.Version != etcdVersion {
+			t.Errorf("member %s: voter=%t id=%q version=%q", m.Name, m.Status.IsVoter, m.Status.MemberID, m.Status.Version)
+		}
+	}
+	if seeds != 1 {
+		t.Errorf("%d seed members, want 1", seeds)
+	}
+	for _, p := range pods(t, ns, name) {
+		if p.Labels[build.LabelRole] != build.RoleVoter {
+			t.Errorf("pod %s lacks the voter label the budget selects on", p.Name)
+		}
+	}
+	svc, err := kubectl("-n", ns, "get", "service", name, name+"-client", "-o", "jsonpath={.items[*].spec.clusterIP}")
+	if err != nil {
+		t.Errorf("services: %v %s", err, svc)
+	}
+	pdb, err := kubectl("-n", ns, "get", "pdb", name, "-o", "jsonpath={.spec.minAvailable}")
+	if want := fmt.Sprint(n/2 + 1); err != nil || pdb != want {
+		t.Errorf("budget minAvailable = %q (%v), want %s", pdb, err, want)
+	}
+}

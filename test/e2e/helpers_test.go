@@ -1,0 +1,222 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+)
+
+// namespace creates the suite's namespace and, when the test fails, dumps
+// what is in it.
+func namespace(t *testing.T, name string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := k.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpNamespace(t, name)
+		}
+	})
+	return name
+}
+
+func dumpNamespace(t *testing.T, ns string) {
+	for _, args := range [][]string{
+		{"get", "etcdcluster,etcdmember,pods,pvc,pdb", "-o", "wide"},
+		{"get", "etcdcluster", "-o", "yaml"},
+		{"get", "etcdmember", "-o", "yaml"},
+		{"get", "events", "--sort-by=.lastTimestamp"},
+	} {
+		out, _ := kubectl(append([]string{"-n", ns}, args...)...)
+		t.Logf("kubectl -n %s %s\n%s", ns, strings.Join(args, " "), out)
+	}
+	out, _ := kubectl("-n", operatorNS, "logs", "deploy/eo-etcd-operator", "--tail=2000")
+	var mine []string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"`+ns+`"`) {
+			mine = append(mine, line)
+		}
+	}
+	if len(mine) > 300 {
+		mine = mine[len(mine)-300:]
+	}
+	t.Logf("operator log lines of %s:\n%s", ns, strings.Join(mine, "\n"))
+}
+
+// eventually polls cond until it holds or the timeout passes. cond returns
+// whether it holds and, if not, what it saw, for the failure message.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// clusterSpec builds a plain cluster of n members of the default version.
+func newCluster(t *testing.T, ns, name string, n int32, mods ...func(*v1alpha2.EtcdCluster)) *v1alpha2.EtcdCluster {
+	t.Helper()
+	c := &v1alpha2.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha2.EtcdClusterSpec{Replicas: ptr.To(n), Version: etcdVersion},
+	}
+	for _, m := range mods {
+		m(c)
+	}
+	if err := k.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// etcdVersion is the etcd release the suites run.
+const etcdVersion = "3.6.16"
+
+func getCluster(t *testing.T, ns, name string) *v1alpha2.EtcdCluster {
+	t.Helper()
+	c := &v1alpha2.EtcdCluster{}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func members(t *testing.T, ns, cluster string) []v1alpha2.EtcdMember {
+	t.Helper()
+	list := &v1alpha2.EtcdMemberList{}
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list.Items, func(a, b v1alpha2.EtcdMember) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return list.Items
+}
+
+// waitReconciled waits until the cluster reached n ready members for its
+// current spec, and etcd's membership is exactly those members, all voters.
+func waitReconciled(t *testing.T, ns, name string, n int, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, fmt.Sprintf("%s/%s reconciled with %d members", ns, name, n), func() (bool, string) {
+		c := getCluster(t, ns, name)
+		p := conditions.Get(c.Status.Conditions, conditions.Progressing)
+		a := conditions.Get(c.Status.Conditions, conditions.Available)
+		seen := fmt.Sprintf("ready=%d progressing=%v available=%v", c.Status.ReadyMembers, condString(p), condString(a))
+		want := conditions.ReasonReconciled
+		if n == 0 {
+			want = conditions.ReasonPaused
+		}
+		if p == nil || p.Reason != want || p.ObservedGeneration != c.Generation || int(c.Status.ReadyMembers) != n {
+			return false, seen
+		}
+		if n > 0 && (a == nil || a.Status != metav1.ConditionTrue) {
+			return false, seen
+		}
+		if n == 0 {
+			return true, ""
+		}
+		if err := etcdMatchesMembers(t, ns, name); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+}
+
+func condString(c *metav1.Condition) string {
+	if c == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%s/%s: %s", c.Status, c.Reason, c.Message)
+}
+
+// etcdMatchesMembers checks that etcd lists exactly the running members, all
+// voters: no stray member, no member missing.
+func etcdMatchesMembers(t *testing.T, ns, name string) error {
+	t.Helper()
+	list, err := etcdMemberList(t, ns, name)
+	if err != nil {
+		return err
+	}
+	var want []string
+	for _, m := range members(t, ns, name) {
+		if m.DeletionTimestamp == nil && !m.Spec.Dormant {
+			want = append(want, build.PeerURL(&m))
+		}
+	}
+	var got []string
+	for _, m := range list {
+		if m.IsLearner {
+			return fmt.Errorf("etcd member %x is still a learner", m.ID)
+		}
+		got = append(got, m.PeerURLs...)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(want, got) {
+		return fmt.Errorf("etcd lists %v, the running members are %v", got, want)
+	}
+	return nil
+}
+
+// pods returns the cluster's Pods by name.
+func pods(t *testing.T, ns, cluster string) map[string]corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]corev1.Pod{}
+	for _, p := range list.Items {
+		out[p.Name] = p
+	}
+	return out
+}
+
+func seedOf(t *testing.T, ns, cluster string) v1alpha2.EtcdMember {
+	t.Helper()
+	for _, m := range members(t, ns, cluster) {
+		if m.Spec.Bootstrap {
+			return m
+		}
+	}
+	t.Fatalf("%s/%s has no seed member", ns, cluster)
+	return v1alpha2.EtcdMember{}
+}
+
+func setReplicas(t *testing.T, ns, name string, n int32) {
+	t.Helper()
+	out, err := kubectl("-n", ns, "scale", "etcdcluster/"+name, fmt.Sprintf("--replicas=%d", n))
+	if err != nil {
+		t.Fatalf("kubectl scale: %v\n%s", err, out)
+	}
+}
+
+func memberNames(ms []v1alpha2.EtcdMember) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
+}
