@@ -70,19 +70,19 @@ sandbox-bin: ## Build the sandbox binary into bin/sandbox.
 	CGO_ENABLED=0 $(GO) build -o bin/sandbox ./cmd/sandbox
 
 .PHONY: sandbox
-sandbox: tools sandbox-bin ## Start the sandbox in .sandbox/ (3 nodes, real etcd processes) and print what to try.
+sandbox: tools sandbox-bin image ## Run the operator on a local 3-node sandbox with a 3-member etcd cluster, and print what to try.
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" bin/sandbox up
-	@# Issue 4 installs the operator here: load the image tarball, helm install,
-	@# apply examples/etcdcluster.yaml and wait until it is Available.
+	hack/sandbox-install.sh .sandbox $(IMAGE_TAR)
 	@echo
-	@echo "Try:"
+	@echo "The operator runs and etcd cluster 'example' is Available. Try:"
 	@echo "  export KUBECONFIG=$(CURDIR)/.sandbox/kubeconfig"
-	@echo "  kubectl get nodes -o wide                  # three process nodes, Ready"
-	@echo "  kubectl run etcd --image=quay.io/coreos/etcd:v3.6.16 --command -- etcd --listen-client-urls=http://0.0.0.0:2379 --advertise-client-urls=http://127.0.0.1:2379"
-	@echo "  kubectl exec etcd -- etcdctl put hello world   # a real etcd process in its own namespaces"
-	@echo "  bin/sandbox status                         # nodes, images, logs"
-	@echo "  bin/sandbox fault kill default/etcd        # or stop-node, partition, wipe: see docs/sandbox.md"
-	@echo "  make sandbox-down                          # remove everything"
+	@echo "  kubectl get etcdcluster,etcdmember,pods -o wide"
+	@echo "  kubectl exec example-<suffix> -- etcdctl put hello world       # any member Pod"
+	@echo "  kubectl scale etcdcluster/example --replicas=5                 # grow, one learner at a time"
+	@echo "  kubectl get events --sort-by=.lastTimestamp                    # every membership change"
+	@echo "  kubectl scale etcdcluster/example --replicas=0                 # pause; scale up to resume"
+	@echo "  bin/sandbox fault stop-node node-1                             # or kill, partition, wipe: docs/sandbox.md"
+	@echo "  make sandbox-down                                              # remove everything"
 
 .PHONY: sandbox-down
 sandbox-down: ## Stop the sandbox and remove everything it made (works after a crash too).
@@ -92,6 +92,10 @@ sandbox-down: ## Stop the sandbox and remove everything it made (works after a c
 test-sandbox: tools ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 15m ./test/sandbox/...
 
+.PHONY: test-e2e
+test-e2e: tools sandbox-bin image ## The operator's end-to-end suites on a sandbox of their own (needs root).
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 40m -parallel 4 ./test/e2e/...
+
 .PHONY: test
-test: tools check-generate vet lint unit test-api test-sandbox ## Everything CI checks.
+test: tools check-generate vet lint unit test-api test-sandbox test-e2e ## Everything CI checks.
 	@echo "make test: all checks passed"

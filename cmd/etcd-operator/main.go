@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -122,6 +124,9 @@ func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metri
 		LeaderElectionID:              "aa20b3a9.etcd-operator.cozystack.io",
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(opts.watchNamespaces),
+		// Controller names are unique per process; a new life registers
+		// the same controllers again.
+		Controller: config.Controller{SkipNameValidation: ptr.To(fault != nil)},
 		NewClient: func(cfg *rest.Config, o client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, o)
 			if err != nil {

@@ -23,6 +23,9 @@ import (
 // what is in it.
 func namespace(t *testing.T, name string) string {
 	t.Helper()
+	if !slices.Contains(suiteNamespaces, name) && name != crashNS {
+		t.Fatalf("namespace %s is not watched by the operator: add it to suiteNamespaces", name)
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if err := k.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -219,4 +222,13 @@ func memberNames(ms []v1alpha2.EtcdMember) []string {
 		out = append(out, m.Name)
 	}
 	return out
+}
+
+func podIsReady(conds []corev1.PodCondition) bool {
+	for _, c := range conds {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

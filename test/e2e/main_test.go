@@ -36,8 +36,10 @@ const (
 	operatorNS      = "etcd-operator-system"
 	operatorRelease = "eo"
 	// nodes: the sandbox's size. Disruptive suites (drain, node stop) run
-	// first and alone; the rest share the nodes in parallel.
-	nodes = 4
+	// first and alone; the rest share the nodes in parallel. The node-loss
+	// suite needs a node for each of 3 members, one for the operator and one
+	// to move to.
+	nodes = 5
 )
 
 func TestMain(m *testing.M) {
@@ -102,7 +104,15 @@ func setUp(ctx context.Context, tmp string) error {
 		return fmt.Errorf("loading %s (run `make image`): %w", tarball, err)
 	}
 	image = refs[0]
-	return installOperator(operatorRelease, operatorNS, true, nil)
+	// The main operator watches every suite's namespace but the crash
+	// suite's, which runs its own operator with fault injection.
+	return installOperator(operatorRelease, operatorNS, true, nil, suiteNamespaces...)
+}
+
+// suiteNamespaces are the namespaces of the suites the main operator serves.
+var suiteNamespaces = []string{
+	"e2e-bootstrap", "e2e-scale", "e2e-pause", "e2e-tmpfs", "e2e-dataloss", "e2e-nodeloss",
+	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion",
 }
 
 // installOperator installs the chart as a release in ns. Only the first

@@ -25,11 +25,11 @@ func TestPauseAndResume(t *testing.T) {
 
 	setReplicas(t, ns, name, 0)
 	waitReconciled(t, ns, name, 0, 3*time.Minute)
-	ms := members(t, ns, name)
-	if len(ms) != 1 || !ms[0].Spec.Dormant || ms[0].Status.PodName != "" {
-		t.Fatalf("paused cluster: members %v, want one dormant", memberNames(ms))
-	}
-	survivor := ms[0]
+	eventually(t, time.Minute, "one dormant member without a pod", func() (bool, string) {
+		ms := members(t, ns, name)
+		return len(ms) == 1 && ms[0].Spec.Dormant && ms[0].Status.PodName == "", fmt.Sprint(memberNames(ms))
+	})
+	survivor := members(t, ns, name)[0]
 	// Pods of removed members go through garbage collection and graceful
 	// termination; the dormant member's Pod is deleted by the operator.
 	eventually(t, time.Minute, "no pods left in the paused cluster", func() (bool, string) {

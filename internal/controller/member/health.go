@@ -31,12 +31,16 @@ const (
 // lostDataSignatures are what etcd says, in the last lines before it exits,
 // when the member's data directory no longer matches the cluster: the raft
 // log is gone or behind what the cluster committed, or the member was
-// removed. Such a member can never come back as itself.
+// removed. A member that formed (it has a member ID) only ever bootstraps from
+// its peers when its write-ahead log is gone, so a failed bootstrap from peers
+// is a lost data directory too. Such a member can never come back as itself.
 var lostDataSignatures = []string{
 	"raft log corrupted, truncated, or lost",
 	"has already been bootstrapped",
 	"the member has been permanently removed from the cluster",
 	"member count is unequal",
+	"cannot fetch cluster info from peer urls",
+	"could not retrieve cluster information from the given URLs",
 }
 
 // podLost marks a tmpfs member whose Pod is gone: its data went with the Pod,

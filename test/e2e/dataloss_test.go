@@ -1,0 +1,48 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seed74754924/etcd-operator/internal/build"
+)
+
+// TestDataDirLossReplaced empties the volume of a member and restarts it, then
+// does the same to the seed: etcd refuses to run on the lost data, the
+// operator sees why in the termination message, removes the member and adds
+// a fresh one. The seed is never bootstrapped again: the cluster keeps its
+// ID and every acknowledged write.
+func TestDataDirLossReplaced(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, "e2e-dataloss")
+	const name = "wiped"
+	newCluster(t, ns, name, 3)
+	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	id := getCluster(t, ns, name).Status.ClusterID
+	w := startWriter(t, ns, name)
+	eventually(t, time.Minute, "some writes", func() (bool, string) { return w.count() > 20, "" })
+	for _, victim := range []string{members(t, ns, name)[2].Name, seedOf(t, ns, name).Name} {
+		ctx := context.Background()
+		if err := sb.Wipe(ctx, ns, build.PVCName(victim)); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Kill(ctx, ns, victim, build.EtcdContainer); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 3*time.Minute, "member "+victim+" replaced", func() (bool, string) {
+			for _, m := range members(t, ns, name) {
+				if m.Name == victim {
+					return false, "still there"
+				}
+			}
+			return len(members(t, ns, name)) == 3, fmt.Sprint(memberNames(members(t, ns, name)))
+		})
+		waitReconciled(t, ns, name, 3, 3*time.Minute)
+	}
+	if got := getCluster(t, ns, name).Status.ClusterID; got != id {
+		t.Errorf("cluster ID changed from %s to %s: the seed bootstrapped a new cluster", id, got)
+	}
+	w.verify(20)
+}

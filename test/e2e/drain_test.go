@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+)
+
+// TestDrainKeepsQuorum drains the node of every member in turn with kubectl:
+// evictions go through the voters-only PodDisruptionBudget, so at no moment
+// are fewer than a quorum of voters ready, and each member comes back on
+// another node with its data. It moves Pods between nodes, so it runs alone.
+func TestDrainKeepsQuorum(t *testing.T) {
+	ns := namespace(t, "e2e-drain")
+	const name = "drained"
+	// One member per node, so that every drain moves exactly one member.
+	newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) { c.Spec.Affinity = oneMemberPerNode(name) })
+	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	ids := map[string]string{}
+	for _, m := range members(t, ns, name) {
+		ids[m.Name] = m.Status.MemberID
+	}
+	w := startWriter(t, ns, name)
+	var fewest atomic.Int32
+	fewest.Store(3)
+	stop := watchReadyVoters(t, ns, name, &fewest)
+	for _, m := range members(t, ns, name) {
+		node := pods(t, ns, name)[m.Name].Spec.NodeName
+		out, err := kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=4m",
+			"--pod-selector", build.LabelCluster+"="+name)
+		if err != nil {
+			t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
+		}
+		waitReconciled(t, ns, name, 3, 3*time.Minute)
+		if out, err := kubectl("uncordon", node); err != nil {
+			t.Fatalf("kubectl uncordon %s: %v\n%s", node, err, out)
+		}
+	}
+	stop()
+	if n := fewest.Load(); n < 2 {
+		t.Errorf("only %d voters were ready at one point during the drains; a quorum of 3 is 2", n)
+	}
+	for _, m := range members(t, ns, name) {
+		if ids[m.Name] != m.Status.MemberID {
+			t.Errorf("member %s changed identity during the drain (%s → %s)", m.Name, ids[m.Name], m.Status.MemberID)
+		}
+	}
+	w.verify(20)
+}
+
+// watchReadyVoters records the fewest ready voter Pods seen until stopped.
+func watchReadyVoters(t *testing.T, ns, name string, fewest *atomic.Int32) func() {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			n := int32(0)
+			for _, p := range pods(t, ns, name) {
+				if p.Labels[build.LabelRole] == build.RoleVoter && podIsReady(p.Status.Conditions) && p.DeletionTimestamp == nil {
+					n++
+				}
+			}
+			if n < fewest.Load() {
+				fewest.Store(n)
+				t.Logf("%s ready voters: %d", fmt.Sprint(time.Now().Format(time.StampMilli)), n)
+			}
+		}
+	}()
+	return func() { close(done) }
+}

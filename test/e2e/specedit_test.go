@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+)
+
+// TestSpecEditMidScaleWaitsForTheBoundary edits replicas while a scale is
+// under way: the operator finishes the target it latched first.
+func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, "e2e-specedit")
+	const name = "edited"
+	newCluster(t, ns, name, 1)
+	waitReconciled(t, ns, name, 1, 2*time.Minute)
+	w := startWriter(t, ns, name)
+	var most atomic.Int32
+	stop := watchMembers(t, ns, name, &most)
+	setReplicas(t, ns, name, 5)
+	eventually(t, 2*time.Minute, "the scale under way", func() (bool, string) {
+		n := len(members(t, ns, name))
+		return n >= 3, fmt.Sprintf("%d members", n)
+	})
+	setReplicas(t, ns, name, 3)
+	if got := getCluster(t, ns, name).Status.Observed.Replicas; got != 5 {
+		t.Errorf("right after the edit the target is %d, want the latched 5", got)
+	}
+	waitReconciled(t, ns, name, 3, 4*time.Minute)
+	stop()
+	if most.Load() < 5 {
+		t.Errorf("the cluster went to 3 without reaching the latched 5 first (at most %d members)", most.Load())
+	}
+	w.verify(20)
+}
+
+// watchMembers records the most voting members seen until stopped. A
+// member stays a voter for seconds at least, so sampling cannot miss one.
+func watchMembers(t *testing.T, ns, name string, most *atomic.Int32) func() {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			list := &v1alpha2.EtcdMemberList{}
+			if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: name}); err != nil {
+				continue
+			}
+			n := int32(0)
+			for _, m := range list.Items {
+				if m.Status.IsVoter {
+					n++
+				}
+			}
+			if n > most.Load() {
+				most.Store(n)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// TestImpossibleTargetThenFixed asks for members no node can run: the
+// operator reports DeadlineExceeded, keeps the cluster available, and a spec
+// edit that removes the obstacle reaches the target.
+func TestImpossibleTargetThenFixed(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, "e2e-deadline")
+	const name = "stuck"
+	newCluster(t, ns, name, 1, func(c *v1alpha2.EtcdCluster) { c.Spec.ProgressDeadlineSeconds = ptr.To[int32](30) })
+	waitReconciled(t, ns, name, 1, 2*time.Minute)
+	w := startWriter(t, ns, name)
+	patchCluster(t, ns, name, func(c *v1alpha2.EtcdCluster) {
+		c.Spec.Replicas = ptr.To[int32](3)
+		c.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "e2e.example/no-such-node", Operator: corev1.NodeSelectorOpExists,
+			}}}},
+		}}}
+	})
+	eventually(t, 2*time.Minute, "DeadlineExceeded", func() (bool, string) {
+		c := getCluster(t, ns, name)
+		p := conditions.Get(c.Status.Conditions, conditions.Progressing)
+		return p != nil && p.Reason == conditions.ReasonDeadlineExceeded, condString(p)
+	})
+	if a := conditions.Get(getCluster(t, ns, name).Status.Conditions, conditions.Available); a == nil || a.Status != "True" {
+		t.Errorf("the cluster should stay available on its voter: %s", condString(a))
+	}
+	patchCluster(t, ns, name, func(c *v1alpha2.EtcdCluster) { c.Spec.Affinity = nil })
+	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	w.verify(20)
+}
+
+func patchCluster(t *testing.T, ns, name string, edit func(*v1alpha2.EtcdCluster)) {
+	t.Helper()
+	c := getCluster(t, ns, name)
+	patch := client.MergeFrom(c.DeepCopy())
+	edit(c)
+	if err := k.Patch(context.Background(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+}

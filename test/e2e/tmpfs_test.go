@@ -1,0 +1,54 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+)
+
+// TestTmpfsMemberReplaced deletes the Pods of memory-backed members, the
+// seed's included: the data went with each Pod, so the member is removed
+// from etcd and a fresh one takes its place.
+func TestTmpfsMemberReplaced(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, "e2e-tmpfs")
+	const name = "cache"
+	newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
+		c.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: resource.MustParse("64Mi")}
+	})
+	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	id := getCluster(t, ns, name).Status.ClusterID
+	w := startWriter(t, ns, name)
+	for _, victim := range []string{members(t, ns, name)[2].Name, seedOf(t, ns, name).Name} {
+		deletePod(t, ns, victim)
+		eventually(t, 3*time.Minute, "member "+victim+" replaced", func() (bool, string) {
+			for _, m := range members(t, ns, name) {
+				if m.Name == victim {
+					return false, "still there"
+				}
+			}
+			return len(members(t, ns, name)) == 3, fmt.Sprint(memberNames(members(t, ns, name)))
+		})
+		waitReconciled(t, ns, name, 3, 3*time.Minute)
+	}
+	if got := getCluster(t, ns, name).Status.ClusterID; got != id {
+		t.Errorf("cluster ID changed from %s to %s", id, got)
+	}
+	w.verify(20)
+}
+
+func deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	p := &corev1.Pod{}
+	p.Namespace, p.Name = ns, name
+	if err := k.Delete(context.Background(), p, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatalf("deleting pod %s: %v", name, err)
+	}
+}
