@@ -96,6 +96,10 @@ test-sandbox: tools ## The sandbox's own end-to-end tests (needs root; starts it
 test-e2e: tools sandbox-bin image ## The operator's end-to-end suites on a sandbox of their own (needs root).
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 40m -parallel 4 ./test/e2e/...
 
+.PHONY: bench
+bench: tools sandbox-bin image ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
+
 .PHONY: test
 test: tools check-generate vet lint unit test-api test-sandbox test-e2e ## Everything CI checks.
 	@echo "make test: all checks passed"

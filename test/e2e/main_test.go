@@ -112,7 +112,7 @@ func setUp(ctx context.Context, tmp string) error {
 // suiteNamespaces are the namespaces of the suites the main operator serves.
 var suiteNamespaces = []string{
 	"e2e-bootstrap", "e2e-scale", "e2e-pause", "e2e-tmpfs", "e2e-dataloss", "e2e-nodeloss",
-	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion",
+	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-bench",
 }
 
 // installOperator installs the chart as a release in ns. Only the first
