@@ -22,7 +22,7 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 	}
 	opts := []grpc.DialOption{grpc.WithBlock()} //nolint:staticcheck // WithBlock is what makes the dial timeout meaningful.
 	if cfg.Resolve != nil {
-		opts = append(opts, grpc.WithContextDialer(resolvingDialer(cfg.Resolve)))
+		opts = append(opts, grpc.WithContextDialer(ResolvingDialer(cfg.Resolve)))
 	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
@@ -42,10 +42,11 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 	return &client{c: c}, nil
 }
 
-// resolvingDialer connects to the address cfg.Resolve knows for a host, and
-// to the host itself otherwise. TLS still verifies the host name: only the
-// address lookup changes.
-func resolvingDialer(resolve func(host string) (string, bool)) func(context.Context, string) (net.Conn, error) {
+// ResolvingDialer connects to the address resolve knows for a host, and to
+// the host itself otherwise. TLS still verifies the host name: only the
+// address lookup changes. (clientv3 verifies a server against the host of its
+// endpoint, so endpoints must be names, not addresses, for TLS.)
+func ResolvingDialer(resolve func(host string) (string, bool)) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		if host, port, err := net.SplitHostPort(addr); err == nil {
 			if ip, ok := resolve(host); ok {

@@ -56,7 +56,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
+	defer func() {
+		if !keep() {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if err := setUp(ctx, tmp); err != nil {
@@ -112,7 +116,7 @@ func setUp(ctx context.Context, tmp string) error {
 // suiteNamespaces are the namespaces of the suites the main operator serves.
 var suiteNamespaces = []string{
 	"e2e-bootstrap", "e2e-scale", "e2e-pause", "e2e-tmpfs", "e2e-dataloss", "e2e-nodeloss",
-	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-bench",
+	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-tls", "e2e-bench",
 }
 
 // installOperator installs the chart as a release in ns. Only the first
@@ -144,7 +148,7 @@ func tearDown() {
 	if sb == nil {
 		return
 	}
-	if os.Getenv("E2E_KEEP_SANDBOX") != "" {
+	if keep() {
 		fmt.Fprintln(os.Stderr, "keeping the sandbox: KUBECONFIG="+sb.Kubeconfig())
 		return
 	}
@@ -154,6 +158,9 @@ func tearDown() {
 		fmt.Fprintln(os.Stderr, "sandbox down:", err)
 	}
 }
+
+// keep reports whether the sandbox should outlive the run, to look around.
+func keep() bool { return os.Getenv("E2E_KEEP_SANDBOX") != "" }
 
 // dumpOperator prints the operator's log, for a failed run.
 func dumpOperator() {

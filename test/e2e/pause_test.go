@@ -61,15 +61,16 @@ func TestPauseAndResume(t *testing.T) {
 // checkReadable does a linearizable read through every member.
 func checkReadable(t *testing.T, ns, name string) {
 	t.Helper()
+	c, err := clusterClient(t, ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
 	for _, ep := range podEndpoints(t, ns, name) {
-		c, err := newEtcdClient([]string{ep})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c.SetEndpoints(ep)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err = c.Get(ctx, "e2e/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()
-		_ = c.Close()
 		if err != nil {
 			t.Errorf("reading through %s: %v", ep, err)
 		}

@@ -2,8 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
-	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 // writer writes keys to a cluster without pause while a scenario runs, and
@@ -82,7 +86,7 @@ func (w *writer) reconnect(c *clientv3.Client) *clientv3.Client {
 		c.SetEndpoints(eps...)
 		return c
 	}
-	nc, err := newEtcdClient(eps)
+	nc, err := clusterClient(w.t, w.ns, w.cluster)
 	if err != nil {
 		return nil
 	}
@@ -113,8 +117,7 @@ func (w *writer) verify(minAcked int) {
 	if len(w.acked) < minAcked {
 		w.t.Fatalf("only %d writes were acknowledged (%d failed); the scenario did not run under load", len(w.acked), w.failed)
 	}
-	eps := podEndpoints(w.t, w.ns, w.cluster)
-	c, err := newEtcdClient(eps)
+	c, err := clusterClient(w.t, w.ns, w.cluster)
 	if err != nil {
 		w.t.Fatalf("connecting to verify writes: %v", err)
 	}
@@ -145,29 +148,53 @@ func (w *writer) verify(minAcked int) {
 	w.t.Logf("writer: %d writes acknowledged and all present, %d failed during the scenario", len(w.acked), w.failed)
 }
 
-// podEndpoints are the client URLs of the cluster's Pods by IP: the test runs
-// on the host, which reaches Pod IPs but not cluster DNS names.
+// clientTLS holds the client TLS configuration of clusters that use TLS,
+// by namespace/name; the suites of such clusters register it.
+var clientTLS sync.Map
+
+// podEndpoints are the client URLs of the cluster's running Pods, by their
+// DNS names (TLS verifies those); clusterClient dials them at the Pods' IPs,
+// as the test runs on the host, which has no cluster DNS.
 func podEndpoints(t *testing.T, ns, cluster string) []string {
+	scheme := "http"
+	if _, ok := clientTLS.Load(ns + "/" + cluster); ok {
+		scheme = "https"
+	}
 	var out []string
 	for _, p := range pods(t, ns, cluster) {
 		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
-			out = append(out, "http://"+net.JoinHostPort(p.Status.PodIP, "2379"))
+			out = append(out, fmt.Sprintf("%s://%s.%s.%s.svc:2379", scheme, p.Name, cluster, ns))
 		}
 	}
 	return out
 }
 
-func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+// podAddress maps a member's DNS name to its Pod's IP, looked up at dial time.
+func podAddress(t *testing.T, ns, cluster string) func(string) (string, bool) {
+	return func(host string) (string, bool) {
+		name, _, _ := strings.Cut(host, ".")
+		p, ok := pods(t, ns, cluster)[name]
+		return p.Status.PodIP, ok && p.Status.PodIP != ""
+	}
 }
 
-// etcdMemberList asks the cluster for its membership.
-func etcdMemberList(t *testing.T, ns, cluster string) ([]*etcdserverpb.Member, error) {
+// clusterClient connects to the cluster's Pods, with its TLS if it has one.
+func clusterClient(t *testing.T, ns, cluster string) (*clientv3.Client, error) {
 	eps := podEndpoints(t, ns, cluster)
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("no pods")
 	}
-	c, err := newEtcdClient(eps)
+	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(etcd.ResolvingDialer(podAddress(t, ns, cluster)))}}
+	if v, ok := clientTLS.Load(ns + "/" + cluster); ok {
+		cfg.TLS = v.(*tls.Config)
+	}
+	return clientv3.New(cfg)
+}
+
+// etcdMemberList asks the cluster for its membership.
+func etcdMemberList(t *testing.T, ns, cluster string) ([]*etcdserverpb.Member, error) {
+	c, err := clusterClient(t, ns, cluster)
 	if err != nil {
 		return nil, err
 	}

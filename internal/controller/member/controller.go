@@ -15,11 +15,14 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -58,8 +61,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha2.EtcdMember{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.PersistentVolumeClaim{}).
-		// A node going away makes its members lost.
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.membersOnNode)).
+		// A node going away makes its members lost; only a change of its
+		// readiness matters, not its periodic status updates.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.membersOnNode),
+			builder.WithPredicates(nodeReadinessChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("etcdmember").
 		Complete(r)
@@ -81,6 +86,27 @@ func (r *Reconciler) membersOnNode(ctx context.Context, obj client.Object) []rec
 }
 
 const podNodeIndex = "spec.nodeName"
+
+// nodeReadinessChanged passes Node updates that change the Ready condition.
+func nodeReadinessChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return nodeReady(e.ObjectOld.(*corev1.Node)) != nodeReady(e.ObjectNew.(*corev1.Node))
+		},
+	}
+}
+
+func nodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
 
 // IndexPodsByNode registers the field index membersOnNode needs.
 func IndexPodsByNode(ctx context.Context, mgr ctrl.Manager) error {

@@ -178,10 +178,12 @@ func (r *Reconciler) nodeLostAt(ctx context.Context, pod *corev1.Pod) (time.Time
 }
 
 // lostDataMessage returns the line etcd exited with if it says the data dir
-// no longer matches the cluster.
+// no longer matches the cluster. Only a container that is not running now
+// counts: one that failed once (a peer not resolvable yet) and then came up
+// is fine.
 func lostDataMessage(pod *corev1.Pod) string {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != build.EtcdContainer {
+		if cs.Name != build.EtcdContainer || cs.State.Running != nil {
 			continue
 		}
 		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
