@@ -13,14 +13,14 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Dial opens a real client. It fails fast: no retries beyond the dial timeout,
-// because the controllers decide what to do about an unreachable cluster.
+// Dial opens a real client. Connections are made lazily: an unreachable
+// cluster shows as an error of the first call, bounded by that call's context.
 func Dial(ctx context.Context, cfg Config) (Client, error) {
 	timeout := cfg.DialTimeout
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	opts := []grpc.DialOption{grpc.WithBlock()} //nolint:staticcheck // WithBlock is what makes the dial timeout meaningful.
+	var opts []grpc.DialOption
 	if cfg.Resolve != nil {
 		opts = append(opts, grpc.WithContextDialer(ResolvingDialer(cfg.Resolve)))
 	}
@@ -32,8 +32,6 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 		DialTimeout: timeout,
 		Context:     ctx,
 		Logger:      zap.NewNop(),
-		// Without this, New returns before any connection exists and the
-		// first call waits instead.
 		DialOptions: opts,
 	})
 	if err != nil {

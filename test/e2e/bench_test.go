@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
@@ -43,6 +45,9 @@ func TestBench(t *testing.T) {
 		rows = append(rows, r)
 		t.Logf("%-55s %8.2f %-5s target %s", r.Scenario, r.Value, r.Unit, r.Target)
 	}
+	// DESIGN.md sets the target for 3 members; 1 and 5 are held to the same
+	// 2 × floor (etcd alone: a seed is healthy after ~1 s, each learner join
+	// waits ~5 s).
 	for _, n := range []int32{1, 3, 5} {
 		floor := map[int32]float64{1: 1, 3: 6, 5: 11}[n]
 		s := timeToAvailable(t, ns, fmt.Sprintf("avail%d", n), n)
@@ -56,6 +61,11 @@ func TestBench(t *testing.T) {
 	add(result{"member Pod deleted (tmpfs) → replaced and Ready", tmpfs, "s", "≤ 15 s", tmpfs <= 15})
 	pvc := timeToReplace(t, ns, "pvc", false)
 	add(result{"member data dir lost (PVC) → replaced and Ready", pvc, "s", "≤ 90 s", pvc <= 90})
+	for _, name := range []string{"avail1", "avail3", "avail5", "tmpfs", "pvc"} {
+		if err := k.Delete(context.Background(), getCluster(t, ns, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, r := range steadyState(t, ns, 100) {
 		add(r)
 	}
@@ -97,22 +107,24 @@ func timeToReplace(t *testing.T, ns, name string, tmpfs bool) float64 {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 5*time.Minute, "replaced", func() (bool, string) {
-		for _, m := range members(t, ns, name) {
-			if m.Name == victim {
-				return false, "still there"
-			}
-		}
+	waitReplaced(t, ns, name, victim, 3, 5*time.Minute)
+	eventually(t, 5*time.Minute, "3 ready", func() (bool, string) {
 		return getCluster(t, ns, name).Status.ReadyMembers == 3, ""
 	})
 	return time.Since(start).Seconds()
 }
 
-// steadyState creates n one-member clusters, lets them settle, then samples
-// the operator's own client metrics and memory over a minute.
+// steadyState creates n small one-member clusters, lets them settle, then
+// samples the operator's own client metrics and memory over a minute.
 func steadyState(t *testing.T, ns string, n int) []result {
+	small := func(c *v1alpha2.EtcdCluster) {
+		// Small requests, so that n members fit the sandbox's nodes.
+		c.Spec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
+		}}
+	}
 	for i := 0; i < n; i++ {
-		newCluster(t, ns, fmt.Sprintf("many%03d", i), 1)
+		newCluster(t, ns, fmt.Sprintf("many%03d", i), 1, small)
 	}
 	eventually(t, 15*time.Minute, fmt.Sprintf("%d clusters available", n), func() (bool, string) {
 		list := &v1alpha2.EtcdClusterList{}
@@ -129,16 +141,46 @@ func steadyState(t *testing.T, ns string, n int) []result {
 	})
 	time.Sleep(30 * time.Second) // let the last status writes and events settle; not an assertion
 	const window = 60 * time.Second
+	renewals := countLeaseRenewals(t)
 	before := operatorMetrics(t)
 	time.Sleep(window)
 	after := operatorMetrics(t)
+	leases := float64(renewals()) / window.Seconds()
 	writes := (after.writes - before.writes) / window.Seconds()
 	reads := (after.reads - before.reads) / window.Seconds()
 	rss := after.rss / (1 << 20)
 	return []result{
-		{fmt.Sprintf("steady state, %d clusters: API writes", n), writes, "req/s", "0", writes == 0},
+		{fmt.Sprintf("steady state, %d clusters: API writes, all", n), writes, "req/s", "(leader election renews its lease)", true},
+		{fmt.Sprintf("steady state, %d clusters: API writes, leader-election lease", n), leases, "req/s", "(one per 2 s retry period)", true},
+		{fmt.Sprintf("steady state, %d clusters: API writes, reconciling", n), max(0, writes-leases), "req/s", "0", writes-leases < 0.05},
 		{fmt.Sprintf("steady state, %d clusters: API reads", n), reads, "req/s", "< 1", reads < 1},
 		{fmt.Sprintf("steady state, %d clusters: operator RSS", n), rss, "MiB", "< 150", rss < 150},
+	}
+}
+
+// countLeaseRenewals watches the operator's leader-election Lease and returns
+// a function that stops and reports how many times it was written.
+func countLeaseRenewals(t *testing.T) func() int {
+	w, err := cs.CoordinationV1().Leases(operatorNS).Watch(context.Background(), metav1.ListOptions{
+		FieldSelector: "metadata.name=aa20b3a9.etcd-operator.cozystack.io",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Modified {
+				n++
+			}
+		}
+	}()
+	return func() int {
+		w.Stop()
+		<-done
+		return n
 	}
 }
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -31,14 +30,7 @@ func TestDataDirLossReplaced(t *testing.T) {
 		if err := sb.Kill(ctx, ns, victim, build.EtcdContainer); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 3*time.Minute, "member "+victim+" replaced", func() (bool, string) {
-			for _, m := range members(t, ns, name) {
-				if m.Name == victim {
-					return false, "still there"
-				}
-			}
-			return len(members(t, ns, name)) == 3, fmt.Sprint(memberNames(members(t, ns, name)))
-		})
+		waitReplaced(t, ns, name, victim, 3, 3*time.Minute)
 		waitReconciled(t, ns, name, 3, 3*time.Minute)
 	}
 	if got := getCluster(t, ns, name).Status.ClusterID; got != id {

@@ -232,3 +232,16 @@ func podIsReady(conds []corev1.PodCondition) bool {
 	}
 	return false
 }
+
+// waitReplaced waits until member victim is gone and the cluster has n
+// members again.
+func waitReplaced(t *testing.T, ns, cluster, victim string, n int, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "member "+victim+" replaced", func() (bool, string) {
+		ms := members(t, ns, cluster)
+		if slices.Contains(memberNames(ms), victim) {
+			return false, victim + " still there"
+		}
+		return len(ms) == n, fmt.Sprint(memberNames(ms))
+	})
+}

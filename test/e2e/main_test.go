@@ -65,6 +65,12 @@ func run(m *testing.M) int {
 	defer cancel()
 	if err := setUp(ctx, tmp); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		if sb != nil {
+			out, _ := kubectl("get", "pods", "-A", "-o", "wide")
+			desc, _ := kubectl("-n", operatorNS, "describe", "pods")
+			fmt.Fprintf(os.Stderr, "%s\n%s\n", out, desc)
+			dumpOperator()
+		}
 		tearDown()
 		return 1
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -67,14 +66,7 @@ func TestNodeLossReplacesMember(t *testing.T) {
 			_ = sb.StartNode(context.Background(), node)
 		}
 	})
-	eventually(t, 4*time.Minute, "member "+victim+" on stopped "+node+" replaced", func() (bool, string) {
-		for _, m := range members(t, ns, name) {
-			if m.Name == victim {
-				return false, "still there"
-			}
-		}
-		return len(members(t, ns, name)) == 3, fmt.Sprint(memberNames(members(t, ns, name)))
-	})
+	waitReplaced(t, ns, name, victim, 3, 4*time.Minute)
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
 	if err := sb.StartNode(ctx, node); err != nil {
 		t.Fatal(err)
