@@ -3,8 +3,11 @@
 package conditions
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 )
 
 // EtcdCluster condition types.
@@ -40,6 +43,9 @@ const (
 	ReasonWaitingForMembers  = "WaitingForMembers"
 	ReasonPromotingLearner   = "PromotingLearner"
 	ReasonRemovingStray      = "RemovingStrayMember"
+	// ReasonStorageTooSmall is a Warning Event: a memory-backed data
+	// directory too small for etcd's write-ahead log and database quota.
+	ReasonStorageTooSmall = "StorageTooSmall"
 )
 
 // EtcdMember condition types.
@@ -83,4 +89,14 @@ func IsTrue(conds []metav1.Condition, typ string) bool {
 // Get returns the condition of the type, or nil.
 func Get(conds []metav1.Condition, typ string) *metav1.Condition {
 	return meta.FindStatusCondition(conds, typ)
+}
+
+// Record emits an Event about obj: every membership change is one, and every
+// refusal or failure is a Warning next to its condition.
+func Record(rec events.EventRecorder, obj runtime.Object, warning bool, reason, action, format string, args ...any) {
+	typ := corev1.EventTypeNormal
+	if warning {
+		typ = corev1.EventTypeWarning
+	}
+	rec.Eventf(obj, nil, typ, reason, action, format, args...)
 }

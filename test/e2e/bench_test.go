@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/ptr"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
@@ -91,7 +92,8 @@ func timeToScale(t *testing.T, ns, name string, n int32) float64 {
 func timeToReplace(t *testing.T, ns, name string, tmpfs bool) float64 {
 	newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
 		if tmpfs {
-			c.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: resource.MustParse("64Mi")}
+			c.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: resource.MustParse("256Mi")}
+			c.Spec.Options = &v1alpha2.EtcdOptions{QuotaBackendBytes: ptr.To[int64](100 << 20)}
 		}
 	})
 	waitReconciled(t, ns, name, 3, 5*time.Minute)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,25 +53,16 @@ func TestDrainKeepsQuorum(t *testing.T) {
 
 // watchReadyVoters records the fewest ready voter Pods seen until stopped.
 func watchReadyVoters(t *testing.T, ns, name string, fewest *atomic.Int32) func() {
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			n := int32(0)
-			for _, p := range pods(t, ns, name) {
-				if p.Labels[build.LabelRole] == build.RoleVoter && podIsReady(p.Status.Conditions) && p.DeletionTimestamp == nil {
-					n++
-				}
-			}
-			if n < fewest.Load() {
-				fewest.Store(n)
-				t.Logf("%s ready voters: %d", fmt.Sprint(time.Now().Format(time.StampMilli)), n)
+	return every(100*time.Millisecond, func() {
+		n := int32(0)
+		for _, p := range pods(t, ns, name) {
+			if p.Labels[build.LabelRole] == build.RoleVoter && podIsReady(p.Status.Conditions) && p.DeletionTimestamp == nil {
+				n++
 			}
 		}
-	}()
-	return func() { close(done) }
+		if n < fewest.Load() {
+			fewest.Store(n)
+			t.Logf("%s ready voters: %d", time.Now().Format(time.StampMilli), n)
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,18 +66,14 @@ func dumpNamespace(t *testing.T, ns string) {
 // whether it holds and, if not, what it saw, for the failure message.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	last := ""
-	for {
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		ok, seen := cond()
-		if ok {
-			return
-		}
 		last = seen
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
 	}
 }
 
@@ -244,4 +241,27 @@ func waitReplaced(t *testing.T, ns, cluster, victim string, n int, timeout time.
 		}
 		return len(ms) == n, fmt.Sprint(memberNames(ms))
 	})
+}
+
+// every calls fn at each interval, in the background, until stop is called.
+func every(interval time.Duration, fn func()) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				fn()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }

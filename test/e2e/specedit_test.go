@@ -3,11 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -17,7 +19,8 @@ import (
 )
 
 // TestSpecEditMidScaleWaitsForTheBoundary edits replicas while a scale is
-// under way: the operator finishes the target it latched first.
+// under way: the operator finishes the target it latched first (5 members,
+// every learner promoted) and only then adopts the edit.
 func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, "e2e-specedit")
@@ -41,36 +44,59 @@ func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
 	if most.Load() < 5 {
 		t.Errorf("the cluster went to 3 without reaching the latched 5 first (at most %d members)", most.Load())
 	}
+	// A promoted member can be removed within a second of its promotion, too
+	// fast to sample; the operator's Events record the order instead.
+	eventually(t, 30*time.Second, "4 promotions before the edit was adopted", func() (bool, string) {
+		return promotedBeforeAdopting(t, ns, name, "3 members")
+	})
 	w.verify(20)
 }
 
-// watchMembers records the most voting members seen until stopped. A
-// member stays a voter for seconds at least, so sampling cannot miss one.
+// watchMembers records the most EtcdMembers seen until stopped. A member
+// lives from its creation through its Pod's start and its promotion, seconds
+// at least, so sampling cannot miss one.
 func watchMembers(t *testing.T, ns, name string, most *atomic.Int32) func() {
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-			list := &v1alpha2.EtcdMemberList{}
-			if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: name}); err != nil {
-				continue
-			}
-			n := int32(0)
-			for _, m := range list.Items {
-				if m.Status.IsVoter {
-					n++
-				}
-			}
-			if n > most.Load() {
-				most.Store(n)
-			}
+	return every(200*time.Millisecond, func() {
+		list := &v1alpha2.EtcdMemberList{}
+		if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: name}); err != nil {
+			return
 		}
-	}()
-	return func() { close(done) }
+		if n := int32(len(list.Items)); n > most.Load() {
+			most.Store(n)
+		}
+	})
+}
+
+// promotedBeforeAdopting reads the cluster's Events: at least 4 learners
+// promoted (1 to 5), all before the spec edit whose note contains adopted
+// was adopted.
+func promotedBeforeAdopting(t *testing.T, ns, name, adopted string) (bool, string) {
+	t.Helper()
+	list, err := cs.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	var promotions []time.Time
+	var adoption time.Time
+	for _, e := range list.Items {
+		if e.Regarding.Kind != "EtcdCluster" || e.Regarding.Name != name {
+			continue
+		}
+		switch {
+		case e.Reason == "MemberPromoted":
+			promotions = append(promotions, e.EventTime.Time)
+		case e.Reason == conditions.ReasonSpecChanged && strings.Contains(e.Note, adopted):
+			adoption = e.EventTime.Time
+		}
+	}
+	late := 0
+	for _, p := range promotions {
+		if adoption.IsZero() || p.After(adoption) {
+			late++
+		}
+	}
+	seen := fmt.Sprintf("%d promotions, %d of them not before the adoption at %s", len(promotions), late, adoption)
+	return len(promotions) >= 4 && late == 0, seen
 }
 
 // TestImpossibleTargetThenFixed asks for members no node can run: the

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -20,7 +21,8 @@ func TestTmpfsMemberReplaced(t *testing.T) {
 	ns := namespace(t, "e2e-tmpfs")
 	const name = "cache"
 	newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
-		c.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: resource.MustParse("64Mi")}
+		c.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: resource.MustParse("256Mi")}
+		c.Spec.Options = &v1alpha2.EtcdOptions{QuotaBackendBytes: ptr.To[int64](100 << 20)}
 	})
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
 	id := getCluster(t, ns, name).Status.ClusterID

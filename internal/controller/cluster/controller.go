@@ -24,6 +24,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
@@ -168,11 +169,7 @@ func stop(after time.Duration) *ctrl.Result { return &ctrl.Result{RequeueAfter: 
 func done() *ctrl.Result { return &ctrl.Result{} }
 
 func (r *Reconciler) event(obj client.Object, warning bool, reason, action, format string, args ...any) {
-	typ := corev1.EventTypeNormal
-	if warning {
-		typ = corev1.EventTypeWarning
-	}
-	r.Recorder.Eventf(obj, nil, typ, reason, action, format, args...)
+	conditions.Record(r.Recorder, obj, warning, reason, action, format, args...)
 }
 
 func logf(ctx context.Context, w *world) func(msg string, kv ...any) {

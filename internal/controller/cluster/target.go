@@ -47,6 +47,9 @@ func (r *Reconciler) adopt(w *world, reason, message string) {
 		fmt.Sprintf("%s: %d members of etcd %s", message, st.Observed.Replicas, st.Observed.Version))
 	w.working(reason, message)
 	r.event(w.cluster, false, reason, "LatchTarget", "%s: %d members of etcd %s", message, st.Observed.Replicas, st.Observed.Version)
+	if warn := memoryStorageWarning(st.Observed); warn != "" {
+		r.event(w.cluster, true, conditions.ReasonStorageTooSmall, "LatchTarget", "%s", warn)
+	}
 }
 
 func progressDeadlineSeconds(s *v1alpha2.EtcdClusterSpec) int32 {

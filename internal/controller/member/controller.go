@@ -27,6 +27,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
@@ -233,11 +234,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *state) error {
 }
 
 func (r *Reconciler) event(obj client.Object, warning bool, reason, action, format string, args ...any) {
-	typ := corev1.EventTypeNormal
-	if warning {
-		typ = corev1.EventTypeWarning
-	}
-	r.Recorder.Eventf(obj, nil, typ, reason, action, format, args...)
+	conditions.Record(r.Recorder, obj, warning, reason, action, format, args...)
 }
 
 func logger(ctx context.Context, m *v1alpha2.EtcdMember) func(string, ...any) {
