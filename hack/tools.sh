@@ -111,10 +111,10 @@ build_kubernetes() {
 	local ld="-s -w -X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 	ld+=" -X k8s.io/client-go/pkg/version.gitVersion=v$v -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 	(cd "$w" && gobuild get "k8s.io/kubernetes/cmd/kube-apiserver@v$v") || fail "$mod"
-	local c
-	for c in kube-apiserver kube-controller-manager kube-scheduler; do
-		(cd "$w" && gobuild build -trimpath -ldflags "$ld" -o "out/$c" "k8s.io/kubernetes/cmd/$c") || fail "$mod ($c)"
-	done
+	# One build for the three commands: they share most packages, and their
+	# links run side by side.
+	(cd "$w" && gobuild build -trimpath -ldflags "$ld" -o out/ k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler) || fail "$mod"
 	install_dir "$w/out" "$kube_dir"
 }
 
@@ -125,13 +125,12 @@ build_etcd() {
 	local w=$work/etcd-$v
 	mkdir -p "$w/out"
 	printf 'module etcd-operator.local/etcd-tools\n\ngo 1.26\n' >"$w/go.mod"
-	local m
-	for m in server etcdctl etcdutl; do
-		(cd "$w" && gobuild get "go.etcd.io/etcd/$m/v3@v$v") || fail "go.etcd.io/etcd/$m/v3@v$v"
-	done
-	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/etcd go.etcd.io/etcd/server/v3) || fail "go.etcd.io/etcd/server/v3@v$v"
-	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/etcdctl go.etcd.io/etcd/etcdctl/v3) || fail "go.etcd.io/etcd/etcdctl/v3@v$v"
-	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/etcdutl go.etcd.io/etcd/etcdutl/v3) || fail "go.etcd.io/etcd/etcdutl/v3@v$v"
+	(cd "$w" && gobuild get "go.etcd.io/etcd/server/v3@v$v" "go.etcd.io/etcd/etcdctl/v3@v$v" "go.etcd.io/etcd/etcdutl/v3@v$v") ||
+		fail "go.etcd.io/etcd/server/v3@v$v"
+	# One build for the three binaries; server/v3 comes out named "server".
+	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/ go.etcd.io/etcd/server/v3 \
+		go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3) || fail "go.etcd.io/etcd/server/v3@v$v"
+	mv "$w/out/server" "$w/out/etcd"
 	install_dir "$w/out" "$dir"
 }
 
@@ -141,7 +140,7 @@ build_golangci_lint() {
 	echo "tools: building golangci-lint v$v" >&2
 	local w=$work/golangci-lint
 	mkdir -p "$w/out"
-	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath "$mod") || fail "$mod"
+	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath -ldflags "-s -w" "$mod") || fail "$mod"
 	install_dir "$w/out" "$lint_dir"
 }
 
