@@ -43,6 +43,12 @@ const (
 	ReasonWaitingForMembers  = "WaitingForMembers"
 	ReasonPromotingLearner   = "PromotingLearner"
 	ReasonRemovingStray      = "RemovingStrayMember"
+	// ReasonClusterIDMismatch: etcd answers with another cluster ID than
+	// the one latched; no membership change is made.
+	ReasonClusterIDMismatch = "ClusterIDMismatch"
+	// ReasonNotImplemented: the spec asks for something this operator
+	// version does not do yet.
+	ReasonNotImplemented = "NotImplemented"
 	// ReasonStorageTooSmall is a Warning Event: a memory-backed data
 	// directory too small for etcd's write-ahead log and database quota.
 	ReasonStorageTooSmall = "StorageTooSmall"

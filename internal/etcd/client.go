@@ -114,6 +114,11 @@ func (c *client) Status(ctx context.Context, endpoint string) (*Status, error) {
 	}, nil
 }
 
+func (c *client) MoveLeader(ctx context.Context, transferee uint64) error {
+	_, err := c.c.MoveLeader(ctx, transferee)
+	return classify(err)
+}
+
 func (c *client) AuthEnabled(ctx context.Context) (bool, error) {
 	resp, err := c.c.AuthStatus(ctx)
 	if err != nil {

@@ -53,6 +53,10 @@ type Client interface {
 	MemberRemove(ctx context.Context, id uint64) error
 	// Status asks one endpoint (a client URL) about itself.
 	Status(ctx context.Context, endpoint string) (*Status, error)
+	// MoveLeader asks the leader to hand its leadership to the transferee.
+	// etcd accepts it only from the leader itself: the client must be
+	// dialled to the leader's endpoint alone, or it gets ErrNotLeader.
+	MoveLeader(ctx context.Context, transferee uint64) error
 
 	AuthEnabled(ctx context.Context) (bool, error)
 	EnableRootAuth(ctx context.Context, password string) error
@@ -91,6 +95,14 @@ var (
 	ErrMemberNotFound = errors.New("etcd: member not found")
 	// ErrTooManyLearners: etcd allows one learner at a time.
 	ErrTooManyLearners = errors.New("etcd: too many learner members")
+	// ErrPeerURLExists: a member with that peer URL is already listed.
+	ErrPeerURLExists = errors.New("etcd: peer URL already exists")
+	// ErrMemberNotLearner: only a learner can be promoted.
+	ErrMemberNotLearner = errors.New("etcd: member is not a learner")
+	// ErrNotLeader: the request must be sent to the leader.
+	ErrNotLeader = errors.New("etcd: not the leader")
+	// ErrBadTransferee: leadership can only move to a started voter.
+	ErrBadTransferee = errors.New("etcd: bad leader transferee")
 	// ErrAuthRequired: auth is on and no (valid) user was given.
 	ErrAuthRequired = errors.New("etcd: authentication required")
 	// ErrAuthFailed: the credentials were rejected.
@@ -128,6 +140,14 @@ func classify(err error) error {
 		{"can only promote a learner member which is in sync with leader", ErrLearnerNotReady},
 		{"member not found", ErrMemberNotFound},
 		{"too many learner members in cluster", ErrTooManyLearners},
+		{"Peer URLs already exists", ErrPeerURLExists},
+		// etcd derives a new member's ID from its peer URLs and the second
+		// of the request: the same URL added twice within a second collides
+		// on the ID before the URL is checked.
+		{"member ID already exist", ErrPeerURLExists},
+		{"can only promote a learner member", ErrMemberNotLearner},
+		{"etcdserver: not leader", ErrNotLeader},
+		{"bad leader transferee", ErrBadTransferee},
 		{"user name is empty", ErrAuthRequired},
 		{"permission denied", ErrAuthRequired},
 		{"insufficient credentials", ErrAuthRequired},

@@ -151,6 +151,10 @@ func (c *etcdClient) MemberRemove(ctx context.Context, id uint64) error {
 	return c.l.call(true, func() error { return c.Client.MemberRemove(ctx, id) })
 }
 
+func (c *etcdClient) MoveLeader(ctx context.Context, transferee uint64) error {
+	return c.l.call(true, func() error { return c.Client.MoveLeader(ctx, transferee) })
+}
+
 func (c *etcdClient) EnableRootAuth(ctx context.Context, password string) error {
 	return c.l.call(true, func() error { return c.Client.EnableRootAuth(ctx, password) })
 }

@@ -2,8 +2,10 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -28,12 +29,17 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	etcdfake "github.com/seed74754924/etcd-operator/internal/etcd/fake"
 	"github.com/seed74754924/etcd-operator/internal/faults"
+	"github.com/seed74754924/etcd-operator/internal/index"
 )
 
 const ns = "default"
 
-// harness runs both controllers against a fake API server and a fake etcd,
-// with a kubelet stand-in that starts member Pods in the fake etcd.
+// harness runs both controllers against a fake API server and a fake etcd
+// that refuses what etcd refuses, with a kubelet stand-in that starts member
+// Pods in the fake etcd and reports readiness the way etcd's health endpoint
+// would. Every reconcile error fails the test (but the injected crash), and
+// every membership change the operator makes is checked against the ground
+// truth of the fake etcd (see invariants_test.go).
 type harness struct {
 	t     *testing.T
 	c     client.Client
@@ -43,19 +49,47 @@ type harness struct {
 
 	cluster *clusterctrl.Reconciler
 	member  *memberctrl.Reconciler
+	events  *recorder
 
 	// Crash injection: a life started by restart(k) ends after k mutating
-	// calls (API writes and etcd membership changes); every later call fails
-	// until the next restart builds new controllers, as a new process would.
-	// mutations counts the operator's mutating calls over all lives.
+	// calls (API writes and etcd changes); every later call fails until the
+	// next restart builds new controllers, as a new process would.
 	life      *faults.Life
 	mutations int
 	crashed   bool
 	uids      int
 
-	// broken names Pods whose etcd the kubelet will not start.
-	broken map[string]bool
+	// broken names Pods whose etcd the kubelet will not start; with
+	// breakAll it starts none that is not running already.
+	broken   map[string]bool
+	breakAll bool
+	// wiped names members whose data directory was emptied; volumes
+	// records the claim each member's etcd first started on.
+	wiped   map[string]bool
+	volumes map[string]types.UID
+	// nodes is the stand-in's node of each Pod; downNodes stop everything.
+	nodes     map[string]string
+	nextNode  int
+	downNodes map[string]bool
+	// calls records the operator's etcd membership calls, in order.
+	calls []string
+	// allowErrors lets a test accept reconcile errors it provokes.
+	allowErrors bool
+	// checkClientEndpoints checks at every step that the client Service
+	// routes to voters only.
+	checkClientEndpoints bool
+
+	// callMu serialises the operator's etcd membership calls and their
+	// checks when reconciles run at once; gate* is the barrier that makes
+	// them arrive at once.
+	callMu      sync.Mutex
+	gate        sync.Mutex
+	gateWant    int
+	gateArrived int
+	gateOpen    chan struct{}
 }
+
+var nodeNames = []string{"node-0", "node-1", "node-2", "node-3", "node-4"}
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
@@ -66,14 +100,24 @@ func newHarness(t *testing.T) *harness {
 	if err := v1alpha2.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, broken: map[string]bool{}, etcd: etcdfake.New(0xc1), clock: clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))}
-	raw := fake.NewClientBuilder().WithScheme(scheme).
-		WithStatusSubresource(&v1alpha2.EtcdCluster{}, &v1alpha2.EtcdMember{}, &corev1.Pod{}).
-		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
-		Build()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	h := &harness{
+		t: t, broken: map[string]bool{}, wiped: map[string]bool{}, volumes: map[string]types.UID{},
+		nodes: map[string]string{}, downNodes: map[string]bool{},
+		etcd: etcdfake.New(0xc1, clk), clock: clk, events: &recorder{},
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).
+		WithStatusSubresource(&v1alpha2.EtcdCluster{}, &v1alpha2.EtcdMember{}, &corev1.Pod{}, &corev1.Node{})
+	for _, f := range index.Fields() {
+		b = b.WithIndex(f.Object, f.Name, f.Extract)
+	}
+	raw := b.Build()
 	// The harness itself (kubelet, garbage collector, checks) uses the raw
 	// client; only the operator's calls count and can crash.
 	h.c, h.raw = raw, raw
+	for _, n := range nodeNames {
+		h.createNode(n)
+	}
 	h.restart(0)
 	return h
 }
@@ -92,10 +136,14 @@ func (h *harness) restart(crashAfter int) {
 				h.uids++
 				obj.SetUID(types.UID(fmt.Sprintf("uid-%d", h.uids)))
 			}
+			obj.SetCreationTimestamp(metav1.NewTime(h.clock.Now()))
 			return h.count(c.Create(ctx, obj, opts...))
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			return h.count(c.Patch(ctx, obj, patch, opts...))
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			return h.count(c.Update(ctx, obj, opts...))
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			return h.count(c.Delete(ctx, obj, opts...))
@@ -105,10 +153,9 @@ func (h *harness) restart(crashAfter int) {
 		},
 	})
 	operator := h.life.Client(counting)
-	rec := &events.FakeRecorder{}
 	dial := h.life.Dialer(h.countingDialer())
-	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: rec, Dial: dial, Clock: h.clock}
-	h.member = &memberctrl.Reconciler{Client: operator, APIReader: operator, Recorder: rec, Dial: dial, Clock: h.clock}
+	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
+	h.member = &memberctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
 }
 
 // count counts a successful mutating call.
@@ -119,7 +166,89 @@ func (h *harness) count(err error) error {
 	return err
 }
 
-// countingDialer wraps the fake etcd so that membership changes count.
+// createCluster creates an EtcdCluster with the defaults the API server sets.
+func (h *harness) createCluster(name string, replicas int32, mods ...func(*v1alpha2.EtcdCluster)) {
+	h.t.Helper()
+	c := &v1alpha2.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), Generation: 1,
+			CreationTimestamp: metav1.NewTime(h.clock.Now())},
+		Spec: v1alpha2.EtcdClusterSpec{
+			Replicas: ptr.To(replicas), Version: "3.6.16", ProgressDeadlineSeconds: ptr.To[int32](600),
+			Storage: v1alpha2.StorageSpec{Size: mustQuantity("1Gi")},
+		},
+	}
+	for _, m := range mods {
+		m(c)
+	}
+	if err := h.c.Create(context.Background(), c); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// step runs one round: the kubelet, every member, every cluster, the garbage
+// collector; then one second passes. The member controller runs before the
+// cluster controller, so the cluster controller decides on fresh member
+// status, as it would after the watch events of a real cluster.
+func (h *harness) step() {
+	h.kubelet()
+	// What the kubelet reports is what the endpoints controller routes by.
+	h.checkInvariants()
+	ctx := context.Background()
+	members := &v1alpha2.EtcdMemberList{}
+	_ = h.c.List(ctx, members)
+	for _, m := range members.Items {
+		_, err := h.member.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&m)})
+		h.checkError("member "+m.Name, err)
+	}
+	clusters := &v1alpha2.EtcdClusterList{}
+	_ = h.c.List(ctx, clusters)
+	for _, c := range clusters.Items {
+		_, err := h.cluster.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+		h.checkError("cluster "+c.Name, err)
+	}
+	if h.life.Ended() {
+		h.restart(0)
+	}
+	h.collectGarbage()
+	h.checkInvariants()
+	h.clock.Step(time.Second)
+}
+
+// checkError fails the test on a reconcile error, unless it is the injected
+// crash or the test provokes errors.
+func (h *harness) checkError(what string, err error) {
+	h.t.Helper()
+	if err == nil || errors.Is(err, faults.ErrDead) || h.allowErrors {
+		return
+	}
+	h.t.Errorf("%s: unexpected reconcile error: %v", what, err)
+}
+
+// run steps until done reports true, or fails the test.
+func (h *harness) run(what string, done func() bool) {
+	h.t.Helper()
+	for range 400 {
+		h.step()
+		if h.t.Failed() {
+			h.t.Fatalf("%s: failed at %s\n%s", what, h.clock.Now().Format(time.TimeOnly), h.dump())
+		}
+		if done() {
+			return
+		}
+	}
+	h.t.Fatalf("%s: no convergence\n%s", what, h.dump())
+}
+
+// steps runs n rounds.
+func (h *harness) steps(n int) {
+	h.t.Helper()
+	for range n {
+		h.step()
+	}
+}
+
+// countingDialer wraps the fake etcd so that membership changes count and
+// are checked.
 func (h *harness) countingDialer() etcd.Dialer {
 	inner := h.etcd.Dialer()
 	return func(ctx context.Context, cfg etcd.Config) (etcd.Client, error) {
@@ -137,182 +266,91 @@ type countingClient struct {
 }
 
 func (c *countingClient) MemberAddAsLearner(ctx context.Context, urls []string) (*etcd.Member, error) {
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
 	m, err := c.Client.MemberAddAsLearner(ctx, urls)
+	c.h.record("add", urls[0], err)
 	return m, c.h.count(err)
 }
 
 func (c *countingClient) MemberPromote(ctx context.Context, id uint64) error {
-	return c.h.count(c.Client.MemberPromote(ctx, id))
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	err := c.Client.MemberPromote(ctx, id)
+	c.h.record("promote", etcd.FormatID(id), err)
+	return c.h.count(err)
 }
 
 func (c *countingClient) MemberRemove(ctx context.Context, id uint64) error {
-	return c.h.count(c.Client.MemberRemove(ctx, id))
+	c.h.waitAtBarrier()
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	c.h.checkRemove(id)
+	err := c.Client.MemberRemove(ctx, id)
+	c.h.record("remove", etcd.FormatID(id), err)
+	return c.h.count(err)
 }
 
-// createCluster creates an EtcdCluster with defaults the API server would set.
-func (h *harness) createCluster(name string, replicas int32, mods ...func(*v1alpha2.EtcdCluster)) {
-	h.t.Helper()
-	c := &v1alpha2.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name), Generation: 1},
-		Spec: v1alpha2.EtcdClusterSpec{
-			Replicas: ptr.To(replicas), Version: "3.6.16", ProgressDeadlineSeconds: ptr.To[int32](600),
-			Storage: v1alpha2.StorageSpec{Size: mustQuantity("1Gi")},
-		},
-	}
-	for _, m := range mods {
-		m(c)
-	}
-	if err := h.c.Create(context.Background(), c); err != nil {
-		h.t.Fatal(err)
-	}
+func (c *countingClient) MoveLeader(ctx context.Context, id uint64) error {
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	err := c.Client.MoveLeader(ctx, id)
+	c.h.record("move-leader", etcd.FormatID(id), err)
+	return c.h.count(err)
 }
 
-// step runs one round: every cluster, every member, the kubelet, the garbage
-// collector. Errors of a dead operator restart it.
-func (h *harness) step() {
-	ctx := context.Background()
-	clusters := &v1alpha2.EtcdClusterList{}
-	_ = h.c.List(ctx, clusters)
-	for _, c := range clusters.Items {
-		_, _ = h.cluster.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
+func (h *harness) record(op, what string, err error) {
+	entry := op + " " + what
+	if err != nil {
+		entry += " refused: " + err.Error()
 	}
-	members := &v1alpha2.EtcdMemberList{}
-	_ = h.c.List(ctx, members)
-	for _, m := range members.Items {
-		_, _ = h.member.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&m)})
-	}
-	if h.life.Ended() {
-		h.restart(0)
-	}
-	h.kubelet()
-	h.collectGarbage()
-	h.clock.Step(time.Second)
+	h.calls = append(h.calls, entry)
 }
 
-// run steps until done reports true, or fails the test.
-func (h *harness) run(what string, done func() bool) {
-	h.t.Helper()
-	for i := 0; i < 300; i++ {
-		h.step()
-		if done() {
-			return
-		}
-	}
-	h.t.Fatalf("%s: no convergence\n%s", what, h.dump())
+// recorder keeps every Event the operator emits.
+type recorder struct {
+	mu     sync.Mutex
+	events []event
 }
 
-// kubelet stands in for nodes: it starts each member Pod in the fake etcd as
-// etcd would (bootstrap with "new", join with "existing") and marks it Ready.
-func (h *harness) kubelet() {
-	ctx := context.Background()
-	pods := &corev1.PodList{}
-	_ = h.c.List(ctx, pods)
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if isReady(p) || h.broken[p.Name] || unschedulable(p) {
-			continue
-		}
-		if err := h.startEtcd(p); err != nil {
-			continue
-		}
-		p.Status.Phase = corev1.PodRunning
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: build.EtcdContainer, Ready: true}}
-		if err := h.c.Status().Update(ctx, p); err != nil {
-			h.t.Logf("kubelet: %v", err)
-		}
-	}
+type event struct {
+	object, typ, reason, note string
 }
 
-func (h *harness) startEtcd(p *corev1.Pod) error {
-	flags := map[string]string{}
-	for _, a := range p.Spec.Containers[0].Command {
-		if k, v, ok := strings.Cut(a, "="); ok {
-			flags[k] = v
-		}
+func (r *recorder) Eventf(regarding runtime.Object, _ runtime.Object, eventtype, reason, _ string, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name := ""
+	if o, ok := regarding.(client.Object); ok {
+		name = o.GetName()
 	}
-	name, peer, clientURL := flags["--name"], flags["--initial-advertise-peer-urls"], flags["--advertise-client-urls"]
-	if p.Annotations[build.AnnotationInitialClusterState] == build.StateNew && !h.hasPeer(peer) {
-		h.etcd.Bootstrap(name, peer, clientURL)
-		return nil
-	}
-	if err := h.etcd.Start(peer, name, clientURL); err != nil {
-		return err
-	}
-	h.etcd.CatchUp(peer)
-	return nil
+	r.events = append(r.events, event{object: name, typ: eventtype, reason: reason, note: fmt.Sprintf(note, args...)})
 }
 
-func (h *harness) hasPeer(url string) bool {
-	for _, m := range h.etcd.Members() {
-		for _, u := range m.PeerURLs {
-			if u == url {
-				return true
-			}
+// notes returns the messages of the Events of a reason.
+func (r *recorder) notes(reason string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		if e.reason == reason {
+			out = append(out, e.object+": "+e.note)
 		}
 	}
-	return false
+	return out
 }
 
-// collectGarbage deletes what owner references would: Pods and PVCs of gone
-// members (stopping their etcd), members of gone clusters.
-func (h *harness) collectGarbage() {
-	ctx := context.Background()
-	members := &v1alpha2.EtcdMemberList{}
-	_ = h.c.List(ctx, members)
-	alive := map[types.UID]bool{}
-	for _, m := range members.Items {
-		alive[m.UID] = true
-	}
-	pods := &corev1.PodList{}
-	_ = h.c.List(ctx, pods)
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if ref := metav1.GetControllerOf(p); ref != nil && !alive[ref.UID] {
-			_ = h.c.Delete(ctx, p)
+// count returns how many Events of a reason were emitted.
+func (r *recorder) count(reason string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.reason == reason {
+			n++
 		}
 	}
-	pvcs := &corev1.PersistentVolumeClaimList{}
-	_ = h.c.List(ctx, pvcs)
-	for i := range pvcs.Items {
-		if ref := metav1.GetControllerOf(&pvcs.Items[i]); ref != nil && !alive[ref.UID] {
-			_ = h.c.Delete(ctx, &pvcs.Items[i])
-		}
-	}
-	h.stopDeadPods()
-}
-
-// stopDeadPods takes the etcd of members whose Pod is gone off the fake
-// network.
-func (h *harness) stopDeadPods() {
-	ctx := context.Background()
-	pods := &corev1.PodList{}
-	_ = h.c.List(ctx, pods)
-	running := map[string]bool{}
-	for _, p := range pods.Items {
-		running[p.Name] = true
-	}
-	for _, m := range h.etcd.Members() {
-		if m.Name != "" && !running[m.Name] && len(m.PeerURLs) > 0 {
-			h.etcd.SetUp(m.PeerURLs[0], false)
-		}
-	}
-}
-
-// unschedulable: the stand-in's nodes have no labels, so a required node
-// affinity never matches.
-func unschedulable(p *corev1.Pod) bool {
-	a := p.Spec.Affinity
-	return a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
-}
-
-func isReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
+	return n
 }
 
 func (h *harness) getCluster(name string) *v1alpha2.EtcdCluster {
@@ -324,10 +362,26 @@ func (h *harness) getCluster(name string) *v1alpha2.EtcdCluster {
 	return c
 }
 
+// members lists the cluster's members by owner, whatever their labels.
 func (h *harness) members(cluster string) []v1alpha2.EtcdMember {
 	list := &v1alpha2.EtcdMemberList{}
-	_ = h.c.List(context.Background(), list, client.MatchingLabels{build.LabelCluster: cluster})
-	return list.Items
+	_ = h.c.List(context.Background(), list, client.InNamespace(ns))
+	var out []v1alpha2.EtcdMember
+	for _, m := range list.Items {
+		if m.Spec.ClusterName == cluster {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (h *harness) memberNamed(name string) *v1alpha2.EtcdMember {
+	h.t.Helper()
+	m := &v1alpha2.EtcdMember{}
+	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
+		return nil
+	}
+	return m
 }
 
 // converged: the cluster reached its target, and etcd's membership is exactly
@@ -375,17 +429,22 @@ func (h *harness) dump() string {
 	clusters := &v1alpha2.EtcdClusterList{}
 	_ = h.c.List(context.Background(), clusters)
 	for _, c := range clusters.Items {
-		fmt.Fprintf(&b, "cluster %s: id=%s ready=%d deadline=%v observed=%+v\n", c.Name, c.Status.ClusterID, c.Status.ReadyMembers, c.Status.ProgressDeadline, c.Status.Observed)
+		fmt.Fprintf(&b, "cluster %s: id=%s ready=%d deadline=%v observed.replicas=%d\n", c.Name, c.Status.ClusterID, c.Status.ReadyMembers, c.Status.ProgressDeadline, c.Status.Observed.Replicas)
 		for _, cond := range c.Status.Conditions {
 			fmt.Fprintf(&b, "  %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 		}
 		for _, m := range h.members(c.Name) {
-			fmt.Fprintf(&b, "  member %s voter=%t dormant=%t deleting=%t initial=%q id=%s\n", m.Name, m.Status.IsVoter, m.Spec.Dormant, m.DeletionTimestamp != nil, m.Spec.InitialCluster, m.Status.MemberID)
+			fmt.Fprintf(&b, "  member %s voter=%t dormant=%t deleting=%t node=%s initial=%q id=%s\n", m.Name, m.Status.IsVoter, m.Spec.Dormant, m.DeletionTimestamp != nil, h.nodes[m.Name], m.Spec.InitialCluster, m.Status.MemberID)
 			for _, cond := range m.Status.Conditions {
 				fmt.Fprintf(&b, "    %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
 			}
 		}
 	}
 	fmt.Fprintf(&b, "etcd:\n%s", h.etcd.String())
+	calls := h.calls
+	if len(calls) > 30 {
+		calls = calls[len(calls)-30:]
+	}
+	fmt.Fprintf(&b, "last etcd calls:\n  %s\n", strings.Join(calls, "\n  "))
 	return b.String()
 }

@@ -98,16 +98,6 @@ func TestPauseAndResumeKeepIdentity(t *testing.T) {
 	}
 }
 
-func (h *harness) pods() []string {
-	list := &corev1.PodList{}
-	_ = h.c.List(context.Background(), list)
-	var out []string
-	for _, p := range list.Items {
-		out = append(out, p.Name)
-	}
-	return out
-}
-
 func TestMemoryMemberPodLossIsReplaced(t *testing.T) {
 	h := newHarness(t)
 	h.createCluster("c", 3, func(c *v1alpha2.EtcdCluster) {
@@ -115,13 +105,7 @@ func TestMemoryMemberPodLossIsReplaced(t *testing.T) {
 	})
 	h.run("3", h.converged("c", 3))
 	victim := h.members("c")[1]
-	pod := &corev1.Pod{}
-	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: victim.Name}, pod); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.c.Delete(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
+	h.deletePod(victim.Name)
 	h.run("replace", func() bool {
 		for _, m := range h.members("c") {
 			if m.Name == victim.Name {
@@ -150,18 +134,9 @@ func TestDataDirLossIsReplacedNotRebootstrapped(t *testing.T) {
 	if pod.Annotations[build.AnnotationInitialClusterState] != build.StateExisting {
 		t.Fatalf("the seed of a formed cluster would restart with %q", pod.Annotations[build.AnnotationInitialClusterState])
 	}
-	// etcd crashed on the lost raft log and the kubelet recorded why.
-	pod.Status.Conditions = nil
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
-		Name: build.EtcdContainer, RestartCount: 1,
-		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: 2, Message: "panic: tocommit(42) is out of range [lastIndex(0)]. Was the raft log corrupted, truncated, or lost?",
-		}},
-	}}
-	if err := h.c.Status().Update(context.Background(), pod); err != nil {
-		t.Fatal(err)
-	}
-	h.etcd.SetUp(build.PeerURL(&seed), false)
+	// Its data directory is emptied and etcd restarts on it: etcd exits
+	// with the lost raft log, and the kubelet records why.
+	h.wipe(seed.Name)
 	h.run("replace seed", func() bool {
 		for _, m := range h.members("c") {
 			if m.Name == seed.Name {
@@ -180,17 +155,13 @@ func TestUserDeletionThatWouldLoseQuorumIsRefused(t *testing.T) {
 	h.createCluster("c", 3)
 	h.run("3", h.converged("c", 3))
 	ms := h.members("c")
-	// One member is down; deleting another would leave 1 of 2 voters.
-	h.etcd.SetUp(build.PeerURL(&ms[0]), false)
-	h.broken[ms[0].Name] = true
-	markNotReady(h, ms[0].Name)
-	h.step()
+	// One member is cut off; deleting another would leave 1 of 2 voters.
+	h.etcd.Isolate(build.PeerURL(&ms[0]), true)
+	h.steps(2)
 	if err := h.c.Delete(context.Background(), &ms[1]); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 5; i++ {
-		h.step()
-	}
+	h.steps(5)
 	left := &v1alpha2.EtcdMember{}
 	if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(&ms[1]), left); err != nil {
 		t.Fatalf("the member was removed although quorum would be lost: %v", err)
@@ -201,16 +172,6 @@ func TestUserDeletionThatWouldLoseQuorumIsRefused(t *testing.T) {
 	if len(h.etcd.Members()) != 3 {
 		t.Errorf("etcd lost a member:\n%s", h.etcd.String())
 	}
-}
-
-// markNotReady makes a member's Pod fail its readiness probe.
-func markNotReady(h *harness, pod string) {
-	p := &corev1.Pod{}
-	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, p); err != nil {
-		return
-	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-	_ = h.c.Status().Update(context.Background(), p)
 }
 
 func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {

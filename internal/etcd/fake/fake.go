@@ -1,28 +1,55 @@
-// Package fake is an in-memory etcd cluster for controller tests. It enforces
-// the membership rules the operator depends on (one learner at a time, promote
-// only when caught up, refuse changes while unhealthy) so that tests assert
-// the state a controller leaves behind, not the calls it made.
+// Package fake is an in-memory etcd cluster for controller tests. It refuses
+// what etcd refuses, for every rule the operator depends on, so that tests
+// assert the state a controller leaves behind and a controller cannot pass a
+// test by doing something etcd would not allow:
+//
+//   - a request served by a member cut off from a quorum times out;
+//   - one learner at a time (etcd's --max-learners default), no duplicate
+//     peer URL, promotion only of a learner that has caught up;
+//   - etcd's strict reconfiguration check: adding a member needs every voter
+//     connected for the last 5 s, promoting or removing needs enough started
+//     members, and removing a connected voter needs enough voters connected
+//     for 5 s besides it;
+//   - a leader only while a quorum of voters is connected, MoveLeader only
+//     through the leader and only to a voter.
+//
+// internal/etcd/contract_test.go runs the same scenarios against this fake and
+// against real etcd servers, so the two stay in agreement.
 package fake
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
+// HealthInterval is how long etcd wants a voter connected before it accepts
+// a membership change that depends on it.
+const HealthInterval = 5 * time.Second
+
 // Cluster is a fake etcd cluster. The zero value is not usable; call New.
 type Cluster struct {
 	mu        sync.Mutex
+	clock     clock.PassiveClock
+	rng       *rand.Rand
 	clusterID uint64
-	nextID    uint64
 	members   map[uint64]*member
-	// Unhealthy makes membership changes fail with etcd.ErrUnhealthy, as etcd
-	// does in the seconds after a change.
+	leader    uint64
+	commit    uint64
+
+	// MaxLearners is etcd's --max-learners.
+	MaxLearners int
+	// Unhealthy makes membership changes fail with etcd.ErrUnhealthy
+	// whatever the connections, for tests that hold etcd back.
 	Unhealthy bool
 	// AuthOn is whether auth is enabled; RootPassword the root password.
 	AuthOn       bool
@@ -33,57 +60,122 @@ type Cluster struct {
 
 type member struct {
 	etcd.Member
-	up       bool
-	version  string
+	// running: the process is up and accepts connections.
+	running bool
+	// isolated: running, but cut off from every peer.
+	isolated bool
+	// started: the member published its name once (etcd's "started").
+	started bool
+	// connectedAt is when its links to the peers came up; zero while down.
+	connectedAt time.Time
+	// caughtUp: its applied index follows the leader's.
 	caughtUp bool
+	version  string
 }
 
-// New returns an empty fake cluster with the given cluster ID.
-func New(clusterID uint64) *Cluster {
-	return &Cluster{clusterID: clusterID, nextID: 0x1000, members: map[uint64]*member{}}
+// New returns an empty fake cluster with the given cluster ID. The clock
+// times etcd's health interval; nil means the real clock.
+func New(clusterID uint64, clk clock.PassiveClock) *Cluster {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Cluster{
+		clock: clk, clusterID: clusterID, MaxLearners: 1,
+		// Member IDs are random 64-bit numbers, as etcd's are.
+		rng:     rand.New(rand.NewPCG(clusterID, 0x5eed)),
+		members: map[uint64]*member{},
+	}
 }
 
-// Bootstrap adds a started voter, as a seed bootstrapping the cluster does.
+// Bootstrap adds a started, connected voter, as a seed forming the cluster.
 func (c *Cluster) Bootstrap(name, peerURL, clientURL string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id := c.newID()
-	c.members[id] = &member{Member: etcd.Member{ID: id, Name: name, PeerURLs: []string{peerURL}, ClientURLs: []string{clientURL}}, up: true, caughtUp: true, version: "3.6.16"}
+	c.members[id] = &member{
+		Member:  etcd.Member{ID: id, Name: name, PeerURLs: []string{peerURL}, ClientURLs: []string{clientURL}},
+		running: true, started: true, caughtUp: true, version: "3.6.16", connectedAt: c.clock.Now(),
+	}
+	c.commit++
+	c.elect()
 	return id
 }
 
-// Start marks the member with this peer URL as started: it gets a name and a
-// client URL, and answers Status. Catching up is separate (CatchUp).
+// Start starts the process of the member with this peer URL: it publishes
+// its name and client URL and connects to its peers. A learner catches up
+// separately (CatchUp). etcd refuses to start a member the cluster does not
+// list.
 func (c *Cluster) Start(peerURL, name, clientURL string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.byPeer(peerURL)
 	if m == nil {
-		return fmt.Errorf("fake: no member with peer URL %s", peerURL)
+		return fmt.Errorf("fake: member with peer URL %s is not in the cluster", peerURL)
 	}
-	m.Name, m.ClientURLs, m.up = name, []string{clientURL}, true
+	if m.running {
+		return nil
+	}
+	m.Name, m.ClientURLs, m.running, m.started = name, []string{clientURL}, true, true
+	if !m.isolated {
+		m.connectedAt = c.clock.Now()
+	}
+	if !m.IsLearner {
+		m.caughtUp = true
+	}
 	if m.version == "" {
 		m.version = "3.6.16"
 	}
+	c.elect()
 	return nil
 }
 
-// CatchUp makes a started learner's applied index reach the leader's.
+// Stop stops the member's process.
+func (c *Cluster) Stop(peerURL string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.byPeer(peerURL); m != nil {
+		m.running, m.connectedAt = false, time.Time{}
+		c.elect()
+	}
+}
+
+// Isolate cuts a running member off from its peers (isolated true) or
+// reconnects it. An isolated member still answers its clients, but nothing
+// it serves can reach a quorum.
+func (c *Cluster) Isolate(peerURL string, isolated bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.byPeer(peerURL)
+	if m == nil || m.isolated == isolated {
+		return
+	}
+	m.isolated = isolated
+	m.connectedAt = time.Time{}
+	if !isolated && m.running {
+		m.connectedAt = c.clock.Now()
+	}
+	c.elect()
+}
+
+// CatchUp makes a running learner's applied index reach the leader's.
 func (c *Cluster) CatchUp(peerURL string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m := c.byPeer(peerURL); m != nil && m.up {
+	if m := c.byPeer(peerURL); m != nil && c.connected(m) {
 		m.caughtUp = true
 	}
 }
 
-// SetUp makes a member reachable or not.
-func (c *Cluster) SetUp(peerURL string, up bool) {
+// Running reports whether the member with this peer URL runs and whether it
+// has a leader, as its /health endpoint would.
+func (c *Cluster) Running(peerURL string) (running, hasLeader bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m := c.byPeer(peerURL); m != nil {
-		m.up = up
+	m := c.byPeer(peerURL)
+	if m == nil || !m.running {
+		return false, false
 	}
+	return true, c.leaderSeenBy(m) != 0
 }
 
 // Members returns a copy of the membership, sorted by ID.
@@ -93,26 +185,43 @@ func (c *Cluster) Members() []etcd.Member {
 	return c.list()
 }
 
-// Dialer returns an etcd.Dialer whose clients talk to this cluster through the
-// given endpoints; an endpoint of a member that is down fails like a refused
-// connection.
+// Leader returns the leader's ID, 0 without one.
+func (c *Cluster) Leader() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leader
+}
+
+// QuorumConnected reports whether a quorum of the voters is connected: the
+// ground truth a test checks the operator against.
+func (c *Cluster) QuorumConnected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hasQuorum()
+}
+
+// Dialer returns an etcd.Dialer whose clients talk to this cluster. Like the
+// real client it connects lazily: a cluster that cannot be reached fails the
+// first call, not the dial.
 func (c *Cluster) Dialer() etcd.Dialer {
 	return func(_ context.Context, cfg etcd.Config) (etcd.Client, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.Dials++
-		for _, ep := range cfg.Endpoints {
-			if m := c.byClient(ep); m != nil && m.up {
-				return &client{c: c, cfg: cfg}, nil
-			}
+		if len(cfg.Endpoints) == 0 {
+			return nil, fmt.Errorf("fake: no endpoints")
 		}
-		return nil, fmt.Errorf("fake: no reachable endpoint in %v", cfg.Endpoints)
+		return &client{c: c, cfg: cfg}, nil
 	}
 }
 
 func (c *Cluster) newID() uint64 {
-	c.nextID++
-	return c.nextID
+	for {
+		id := c.rng.Uint64()
+		if _, taken := c.members[id]; id != 0 && !taken {
+			return id
+		}
+	}
 }
 
 func (c *Cluster) list() []etcd.Member {
@@ -123,7 +232,7 @@ func (c *Cluster) list() []etcd.Member {
 		cp.ClientURLs = slices.Clone(m.ClientURLs)
 		out = append(out, cp)
 	}
-	slices.SortFunc(out, func(a, b etcd.Member) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(out, func(a, b etcd.Member) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -138,168 +247,78 @@ func (c *Cluster) byPeer(url string) *member {
 
 func (c *Cluster) byClient(url string) *member {
 	for _, m := range c.members {
-		if slices.Contains(m.ClientURLs, url) {
+		if m.running && slices.Contains(m.ClientURLs, url) {
 			return m
 		}
 	}
 	return nil
 }
 
-// hasQuorum reports whether a majority of voters is up.
-func (c *Cluster) hasQuorum() bool {
-	voters, up := 0, 0
+func (c *Cluster) connected(m *member) bool { return m.running && !m.isolated }
+
+// connectedFor reports whether the member has been connected for etcd's
+// health interval.
+func (c *Cluster) connectedFor(m *member) bool {
+	return c.connected(m) && !m.connectedAt.After(c.clock.Now().Add(-HealthInterval))
+}
+
+func (c *Cluster) voters() []*member {
+	var out []*member
 	for _, m := range c.members {
-		if m.IsLearner {
-			continue
+		if !m.IsLearner {
+			out = append(out, m)
 		}
-		voters++
-		if m.up {
+	}
+	slices.SortFunc(out, func(a, b *member) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+func (c *Cluster) hasQuorum() bool {
+	voters, up := c.voters(), 0
+	for _, m := range voters {
+		if c.connected(m) {
 			up++
 		}
 	}
-	return voters > 0 && up > voters/2
+	return len(voters) > 0 && up > len(voters)/2
 }
 
-type client struct {
-	c   *Cluster
-	cfg etcd.Config
-}
-
-func (f *client) check() error {
-	if !f.c.hasQuorum() {
-		return errors.New("fake: context deadline exceeded (no quorum)")
+// elect keeps a connected leader while a quorum is connected, or elects the
+// connected voter with the lowest ID; without a quorum there is no leader.
+func (c *Cluster) elect() {
+	if !c.hasQuorum() {
+		c.leader = 0
+		return
 	}
-	if f.c.AuthOn && (f.cfg.Username != "root" || f.cfg.Password != f.c.RootPassword) {
-		if f.cfg.Username == "" {
-			return etcd.ErrAuthRequired
-		}
-		return etcd.ErrAuthFailed
+	if l := c.members[c.leader]; l != nil && !l.IsLearner && c.connected(l) {
+		return
 	}
-	return nil
-}
-
-func (f *client) MemberList(context.Context) (*etcd.MemberList, error) {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	if err := f.check(); err != nil {
-		return nil, err
-	}
-	return &etcd.MemberList{ClusterID: f.c.clusterID, Members: f.c.list()}, nil
-}
-
-func (f *client) MemberAddAsLearner(_ context.Context, peerURLs []string) (*etcd.Member, error) {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	if err := f.check(); err != nil {
-		return nil, err
-	}
-	if f.c.Unhealthy {
-		return nil, etcd.ErrUnhealthy
-	}
-	for _, m := range f.c.members {
-		if m.IsLearner {
-			return nil, etcd.ErrTooManyLearners
-		}
-		for _, u := range peerURLs {
-			if slices.Contains(m.PeerURLs, u) {
-				return nil, fmt.Errorf("fake: peerURL %s exists", u)
-			}
+	c.leader = 0
+	for _, m := range c.voters() {
+		if c.connected(m) {
+			c.leader = m.ID
+			return
 		}
 	}
-	id := f.c.newID()
-	m := &member{Member: etcd.Member{ID: id, PeerURLs: slices.Clone(peerURLs), IsLearner: true}}
-	f.c.members[id] = m
-	out := m.Member
-	return &out, nil
 }
 
-func (f *client) MemberPromote(_ context.Context, id uint64) error {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	if err := f.check(); err != nil {
-		return err
+// leaderSeenBy is the leader as one member sees it: none when it is cut off.
+func (c *Cluster) leaderSeenBy(m *member) uint64 {
+	if !c.connected(m) {
+		return 0
 	}
-	m, ok := f.c.members[id]
-	switch {
-	case !ok:
-		return etcd.ErrMemberNotFound
-	case !m.IsLearner:
-		return errors.New("fake: member is not a learner")
-	case !m.up || !m.caughtUp:
-		return etcd.ErrLearnerNotReady
-	case f.c.Unhealthy:
-		return etcd.ErrUnhealthy
-	}
-	m.IsLearner = false
-	return nil
+	return c.leader
 }
-
-func (f *client) MemberRemove(_ context.Context, id uint64) error {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	if err := f.check(); err != nil {
-		return err
-	}
-	if _, ok := f.c.members[id]; !ok {
-		return etcd.ErrMemberNotFound
-	}
-	if f.c.Unhealthy {
-		return etcd.ErrUnhealthy
-	}
-	delete(f.c.members, id)
-	return nil
-}
-
-func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error) {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	m := f.c.byClient(endpoint)
-	if m == nil || !m.up {
-		return nil, fmt.Errorf("fake: %s unreachable", endpoint)
-	}
-	leader := f.c.leader()
-	st := &etcd.Status{ClusterID: f.c.clusterID, MemberID: m.ID, Leader: leader, RaftIndex: 100, RaftTerm: 2, IsLearner: m.IsLearner, Version: m.version}
-	st.RaftAppliedIndex = 100
-	if !m.caughtUp {
-		st.RaftAppliedIndex = 10
-	}
-	return st, nil
-}
-
-// leader is the up voter with the lowest ID.
-func (c *Cluster) leader() uint64 {
-	var best uint64
-	for id, m := range c.members {
-		if !m.IsLearner && m.up && (best == 0 || id < best) {
-			best = id
-		}
-	}
-	return best
-}
-
-func (f *client) AuthEnabled(context.Context) (bool, error) {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	return f.c.AuthOn, nil
-}
-
-func (f *client) EnableRootAuth(_ context.Context, password string) error {
-	f.c.mu.Lock()
-	defer f.c.mu.Unlock()
-	if err := f.check(); err != nil {
-		return err
-	}
-	f.c.AuthOn, f.c.RootPassword = true, password
-	return nil
-}
-
-func (f *client) Close() error { return nil }
 
 // String describes the membership, for test failure messages.
 func (c *Cluster) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var b strings.Builder
-	for _, m := range c.Members() {
-		fmt.Fprintf(&b, "%x %s learner=%t %v clients=%v\n", m.ID, m.Name, m.IsLearner, m.PeerURLs, m.ClientURLs)
+	for _, m := range c.list() {
+		s := c.members[m.ID]
+		fmt.Fprintf(&b, "%016x %s learner=%t running=%t isolated=%t started=%t caughtUp=%t leader=%t %v\n",
+			m.ID, m.Name, m.IsLearner, s.running, s.isolated, s.started, s.caughtUp, m.ID == c.leader, m.PeerURLs)
 	}
 	return b.String()
 }

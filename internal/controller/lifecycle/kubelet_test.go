@@ -1,0 +1,300 @@
+package lifecycle
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+)
+
+// The kubelet stand-in: a scheduler that places each Pod on a node that is
+// up (round robin), and per node a kubelet that starts the Pod's etcd in the
+// fake cluster the way the flags ask, restarts it when it stops, reports
+// readiness as etcd's health endpoint would (running and seeing a leader),
+// and reports a container that exits with the reason etcd gives when its
+// data directory was lost. A stopped node reports nothing: its Pods keep
+// their last status, as on a dead machine.
+
+// lostDataExit is what etcd prints before it exits on an empty data
+// directory under a known member ID.
+const lostDataExit = "panic: tocommit(42) is out of range [lastIndex(0)]. Was the raft log corrupted, truncated, or lost?"
+
+func (h *harness) createNode(name string) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}}
+	if err := h.raw.Create(context.Background(), n); err != nil {
+		h.t.Fatal(err)
+	}
+	h.setNodeReady(name, corev1.ConditionTrue)
+}
+
+func (h *harness) setNodeReady(name string, status corev1.ConditionStatus) {
+	n := &corev1.Node{}
+	if err := h.raw.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
+		h.t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(h.clock.Now())}}
+	if err := h.raw.Status().Update(context.Background(), n); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// stopNode takes a node down: its etcd processes stop, its kubelet stops
+// reporting, and the node turns NotReady.
+func (h *harness) stopNode(name string) {
+	h.downNodes[name] = true
+	for pod, node := range h.nodes {
+		if node == name {
+			if m := h.memberNamed(pod); m != nil {
+				h.etcd.Stop(build.PeerURL(m))
+			}
+		}
+	}
+	h.setNodeReady(name, corev1.ConditionUnknown)
+}
+
+// wipe empties a member's data directory and kills its etcd; the kubelet's
+// restart then meets the empty directory.
+func (h *harness) wipe(member string) {
+	m := h.memberNamed(member)
+	h.wiped[member] = true
+	h.etcd.Stop(build.PeerURL(m))
+}
+
+func (h *harness) kubelet() {
+	ctx := context.Background()
+	pods := &corev1.PodList{}
+	_ = h.raw.List(ctx, pods)
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !h.schedule(p) || h.downNodes[p.Spec.NodeName] {
+			continue
+		}
+		before := p.Status.DeepCopy()
+		h.runPod(p)
+		if !equalStatus(before, &p.Status) {
+			if err := h.raw.Status().Update(ctx, p); err != nil {
+				h.t.Logf("kubelet: %v", err)
+			}
+		}
+	}
+}
+
+// schedule binds a Pod to a node that is up, unless its required node
+// affinity matches no node (the stand-in's nodes have no labels to match).
+func (h *harness) schedule(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" {
+		return true
+	}
+	if unschedulable(p) {
+		setPodCondition(p, corev1.PodScheduled, corev1.ConditionFalse, corev1.PodReasonUnschedulable)
+		_ = h.raw.Status().Update(context.Background(), p)
+		return false
+	}
+	for range nodeNames {
+		node := nodeNames[h.nextNode%len(nodeNames)]
+		h.nextNode++
+		if h.downNodes[node] {
+			continue
+		}
+		p.Spec.NodeName = node
+		if err := h.raw.Update(context.Background(), p); err != nil {
+			h.t.Fatalf("binding %s: %v", p.Name, err)
+		}
+		h.nodes[p.Name] = node
+		setPodCondition(p, corev1.PodScheduled, corev1.ConditionTrue, "")
+		return true
+	}
+	return false
+}
+
+// runPod starts or observes the Pod's etcd and sets its status.
+func (h *harness) runPod(p *corev1.Pod) {
+	flags := etcdFlags(p)
+	peer := flags["--initial-advertise-peer-urls"]
+	p.Status.Phase = corev1.PodRunning
+	running, hasLeader := h.etcd.Running(peer)
+	if !running && !h.broken[p.Name] && !h.breakAll {
+		running = h.startEtcd(p, flags)
+		hasLeader = false
+	} else if running {
+		h.etcd.CatchUp(peer)
+	}
+	cs := corev1.ContainerStatus{Name: build.EtcdContainer, Ready: running && hasLeader}
+	if len(p.Status.ContainerStatuses) == 1 {
+		prev := p.Status.ContainerStatuses[0]
+		cs.RestartCount, cs.LastTerminationState = prev.RestartCount, prev.LastTerminationState
+	}
+	switch {
+	case running:
+		cs.State.Running = &corev1.ContainerStateRunning{}
+	case h.wiped[p.Name]:
+		cs.RestartCount++
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error", Message: lostDataExit}
+	default:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+	}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+	ready := corev1.ConditionFalse
+	if cs.Ready {
+		ready = corev1.ConditionTrue
+	}
+	setPodCondition(p, corev1.PodReady, ready, "")
+}
+
+// startEtcd starts the Pod's etcd as etcd would: bootstrap with "new" (a
+// test failure once the cluster has formed: that would be a second
+// cluster), join with "existing"; an emptied data directory under a member
+// that had started makes etcd exit.
+func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
+	name, peer, clientURL := flags["--name"], flags["--initial-advertise-peer-urls"], flags["--advertise-client-urls"]
+	if p.Annotations[build.AnnotationInitialClusterState] == build.StateNew {
+		if len(h.etcd.Members()) > 0 {
+			h.t.Errorf("pod %s starts etcd with --initial-cluster-state=new in a cluster that has formed", p.Name)
+			return false
+		}
+		h.etcd.Bootstrap(name, peer, clientURL)
+		return true
+	}
+	if h.freshVolume(p) && h.startedBefore(peer) {
+		// A member that ran keeps its raft log on its volume; a fresh one
+		// under its old identity is raft's empty-disk hazard.
+		h.t.Errorf("pod %s starts member %s on a new, empty volume under the identity it had before", p.Name, name)
+		h.wiped[p.Name] = true
+	}
+	if h.wiped[p.Name] && h.startedBefore(peer) {
+		return false
+	}
+	delete(h.wiped, p.Name)
+	return h.etcd.Start(peer, name, clientURL) == nil
+}
+
+// freshVolume reports whether the Pod's data claim is another one than the
+// member's etcd first started on, and records the first one.
+func (h *harness) freshVolume(p *corev1.Pod) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := h.raw.Get(context.Background(), types.NamespacedName{Namespace: p.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc); err != nil {
+			return false
+		}
+		first, seen := h.volumes[p.Name]
+		if !seen {
+			h.volumes[p.Name] = pvc.UID
+			return false
+		}
+		return first != pvc.UID
+	}
+	return false
+}
+
+// startedBefore reports whether etcd knows the member by name: it ran, so
+// its data directory held its raft log.
+func (h *harness) startedBefore(peer string) bool {
+	for _, m := range h.etcd.Members() {
+		if slices.Contains(m.PeerURLs, peer) {
+			return m.Name != ""
+		}
+	}
+	return false
+}
+
+func etcdFlags(p *corev1.Pod) map[string]string {
+	flags := map[string]string{}
+	for _, a := range p.Spec.Containers[0].Command {
+		if k, v, ok := strings.Cut(a, "="); ok {
+			flags[k] = v
+		}
+	}
+	return flags
+}
+
+func setPodCondition(p *corev1.Pod, typ corev1.PodConditionType, status corev1.ConditionStatus, reason string) {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == typ {
+			p.Status.Conditions[i].Status, p.Status.Conditions[i].Reason = status, reason
+			return
+		}
+	}
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: typ, Status: status, Reason: reason})
+}
+
+func equalStatus(a, b *corev1.PodStatus) bool {
+	return a.Phase == b.Phase && slices.EqualFunc(a.Conditions, b.Conditions, func(x, y corev1.PodCondition) bool {
+		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason
+	}) && slices.EqualFunc(a.ContainerStatuses, b.ContainerStatuses, func(x, y corev1.ContainerStatus) bool {
+		return x.Ready == y.Ready && x.RestartCount == y.RestartCount &&
+			(x.State.Running != nil) == (y.State.Running != nil) &&
+			(x.LastTerminationState.Terminated != nil) == (y.LastTerminationState.Terminated != nil)
+	})
+}
+
+// collectGarbage deletes what owner references would: Pods and PVCs of gone
+// members, members of gone clusters; the etcd of a Pod that is gone stops.
+func (h *harness) collectGarbage() {
+	ctx := context.Background()
+	members := &v1alpha2.EtcdMemberList{}
+	_ = h.raw.List(ctx, members)
+	alive := map[types.UID]bool{}
+	for _, m := range members.Items {
+		alive[m.UID] = true
+	}
+	pods := &corev1.PodList{}
+	_ = h.raw.List(ctx, pods)
+	running := map[string]bool{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if ref := metav1.GetControllerOf(p); ref != nil && !alive[ref.UID] {
+			_ = h.raw.Delete(ctx, p)
+			continue
+		}
+		running[etcdFlags(p)["--initial-advertise-peer-urls"]] = true
+	}
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	_ = h.raw.List(ctx, pvcs)
+	for i := range pvcs.Items {
+		if ref := metav1.GetControllerOf(&pvcs.Items[i]); ref != nil && !alive[ref.UID] {
+			_ = h.raw.Delete(ctx, &pvcs.Items[i])
+		}
+	}
+	for _, m := range h.etcd.Members() {
+		if len(m.PeerURLs) > 0 && !running[m.PeerURLs[0]] {
+			h.etcd.Stop(m.PeerURLs[0])
+		}
+	}
+}
+
+// unschedulable: the stand-in's nodes have no labels, so a required node
+// affinity never matches.
+func unschedulable(p *corev1.Pod) bool {
+	a := p.Spec.Affinity
+	return a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+}
+
+// deletePod deletes a Pod as a user would.
+func (h *harness) deletePod(name string) {
+	h.t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := h.raw.Delete(context.Background(), p); err != nil {
+		h.t.Fatal(err)
+	}
+	delete(h.nodes, name)
+}
+
+func (h *harness) pods() []string {
+	list := &corev1.PodList{}
+	_ = h.raw.List(context.Background(), list)
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, p.Name)
+	}
+	return out
+}
