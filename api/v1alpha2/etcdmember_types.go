@@ -8,10 +8,26 @@ import (
 // EtcdMemberSpec is what the operator decided about one etcd member. Everything
 // but dormant and initialCluster is copied from the cluster's latched target
 // when the member is created and never re-templated.
+//
+// The member's identity in etcd (its peer URL) derives from its name, its
+// namespace, serviceName and tls, so those cannot change once set.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceName) || (has(self.serviceName) && self.serviceName == oldSelf.serviceName)",message="serviceName is part of the member's identity in etcd and cannot change once set"
+// +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)",message="tls is part of the member's identity in etcd (its URL scheme) and cannot change"
 type EtcdMemberSpec struct {
 	// ClusterName is the owning EtcdCluster.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterName cannot change: a member belongs to the cluster that created it"
 	ClusterName string `json:"clusterName"`
+
+	// ServiceName is the headless Service the member's DNS names live under:
+	// <member>.<serviceName>.<namespace>.svc. Set when the member is created
+	// (the cluster's name, or the legacy Service of an adopted member) and
+	// immutable after. When empty, the annotation
+	// etcd-operator.cozystack.io/headless-service-name or the cluster name is
+	// used, and the member controller records the result here.
+	// +optional
+	ServiceName string `json:"serviceName,omitempty"`
 
 	// Version of etcd this member runs.
 	// +kubebuilder:validation:Pattern=`^\d+\.\d+\.\d+$`

@@ -33,6 +33,7 @@ import (
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/faults"
+	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
@@ -145,7 +146,7 @@ func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metri
 }
 
 func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metrics, fault *faults.Life) error {
-	if err := membercontroller.IndexPodsByNode(ctx, mgr); err != nil {
+	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	dial := fault.Dialer(etcd.Dial)

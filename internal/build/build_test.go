@@ -157,13 +157,27 @@ func TestMemoryPodUsesTmpfs(t *testing.T) {
 }
 
 func TestPDBMinAvailable(t *testing.T) {
-	cases := []struct{ voters, replicas, want int32 }{
-		{0, 0, 0}, {1, 1, 1}, {3, 3, 2}, {4, 3, 3}, {5, 5, 3}, {7, 7, 4}, {1, 3, 2}, {3, 1, 2},
+	cases := []struct{ voters, replicas, leaving, want int32 }{
+		{0, 0, 0, 0}, {1, 1, 0, 1}, {3, 3, 0, 2}, {4, 3, 0, 3}, {5, 5, 0, 3}, {7, 7, 0, 4}, {1, 3, 0, 2}, {3, 1, 0, 2},
+		// 5 → 3: one of 5 voters being removed; its Pod still counts as
+		// healthy, so one more must stay.
+		{5, 3, 1, 4}, {4, 3, 1, 4},
 	}
 	for _, c := range cases {
-		if got := PDBMinAvailable(c.voters, c.replicas); got != c.want {
-			t.Errorf("PDBMinAvailable(%d, %d) = %d, want %d", c.voters, c.replicas, got, c.want)
+		if got := PDBMinAvailable(c.voters, c.replicas, c.leaving); got != c.want {
+			t.Errorf("PDBMinAvailable(%d, %d, %d) = %d, want %d", c.voters, c.replicas, c.leaving, got, c.want)
 		}
+	}
+}
+
+func TestClientServiceSelectsVotersOnly(t *testing.T) {
+	c := &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns"}}
+	sel := ClientService(c).Spec.Selector
+	if sel[LabelRole] != RoleVoter || sel[LabelCluster] != "db" {
+		t.Errorf("client Service selector = %v, want the cluster's voters", sel)
+	}
+	if _, ok := HeadlessService(c).Spec.Selector[LabelRole]; ok {
+		t.Error("the headless Service must select learners too: peers find them by name")
 	}
 }
 

@@ -43,16 +43,23 @@ func HeadlessService(c *v1alpha2.EtcdCluster) *corev1.Service {
 	}
 }
 
-// ClientService is the load-balanced endpoint for clients.
+// ClientService is the load-balanced endpoint for clients. It selects voters
+// only: a learner refuses most client requests, and a member being removed
+// loses its role label before it leaves etcd.
 func ClientService(c *v1alpha2.EtcdCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: clusterMeta(c, ClientServiceName(c.Name)),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
-			Selector: ClusterSelector(c.Name),
+			Selector: VoterSelector(c.Name),
 			Ports:    []corev1.ServicePort{ClientServicePort()},
 		},
 	}
+}
+
+// VoterSelector selects the Pods of a cluster's voters.
+func VoterSelector(cluster string) map[string]string {
+	return map[string]string{LabelCluster: cluster, LabelRole: RoleVoter}
 }
 
 // ClientServicePort is the named client port of both Services.
@@ -66,28 +73,27 @@ func PeerServicePort() corev1.ServicePort {
 }
 
 // PDBMinAvailable keeps a majority of the voters: of the larger of the voters
-// that exist and the replicas wanted, so that a cluster still growing is
-// protected as the cluster it will be.
-func PDBMinAvailable(voters, replicas int32) int32 {
+// etcd has (those being removed included) and the replicas wanted, so that a
+// cluster still growing is protected as the cluster it will be. Voters the
+// budget would count as available although they are not (being removed, or
+// unhealthy with a Pod that still reads Ready) are counted on top.
+func PDBMinAvailable(voters, replicas, unavailable int32) int32 {
 	anchor := max(voters, replicas)
 	if anchor < 1 {
 		return 0
 	}
-	return anchor/2 + 1
+	return anchor/2 + 1 + unavailable
 }
 
-// PodDisruptionBudget covers voters only: learners and dormant members carry
-// no role label.
-func PodDisruptionBudget(c *v1alpha2.EtcdCluster, voters, replicas int32) *policyv1.PodDisruptionBudget {
-	minAvailable := intstr.FromInt32(PDBMinAvailable(voters, replicas))
+// PodDisruptionBudget covers voters only: learners, dormant members and
+// members being removed carry no role label.
+func PodDisruptionBudget(c *v1alpha2.EtcdCluster, minAvailable int32) *policyv1.PodDisruptionBudget {
+	value := intstr.FromInt32(minAvailable)
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: clusterMeta(c, c.Name),
 		Spec: policyv1.PodDisruptionBudgetSpec{
-			MinAvailable: &minAvailable,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
-				LabelCluster: c.Name,
-				LabelRole:    RoleVoter,
-			}},
+			MinAvailable: &value,
+			Selector:     &metav1.LabelSelector{MatchLabels: VoterSelector(c.Name)},
 		},
 	}
 }
@@ -107,6 +113,7 @@ func NewMember(c *v1alpha2.EtcdCluster, seed bool) *v1alpha2.EtcdMember {
 		},
 		Spec: v1alpha2.EtcdMemberSpec{
 			ClusterName:               c.Name,
+			ServiceName:               c.Name,
 			Version:                   o.Version,
 			Storage:                   *o.Storage.DeepCopy(),
 			Resources:                 *o.Resources.DeepCopy(),

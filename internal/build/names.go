@@ -64,8 +64,13 @@ func ClientServiceName(cluster string) string { return cluster + "-client" }
 // PVCName is the data volume claim of a member.
 func PVCName(member string) string { return "data-" + member }
 
-// ServiceName is the headless Service a member's DNS names live under.
+// ServiceName is the headless Service a member's DNS names live under: the
+// one recorded in its spec; for a member created without one, the legacy
+// annotation or the cluster name (which the member controller then records).
 func ServiceName(m *v1alpha2.EtcdMember) string {
+	if m.Spec.ServiceName != "" {
+		return m.Spec.ServiceName
+	}
 	if s := m.Annotations[AnnotationHeadlessService]; s != "" {
 		return s
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 

@@ -71,15 +71,16 @@ func Promote(voters []Voter, learner string, caughtUp bool) Decision {
 	return Decision{true, fmt.Sprintf("promoting %s leaves %d of %d voters healthy", learner, h, len(after))}
 }
 
-// Remove: the member leaves (counts as gone); a learner leaving changes no
-// votes but the change must be committed.
+// Remove: the member leaves (counts as gone). The change itself must be
+// committed by a quorum of the voters as they are now, and the voters that
+// stay must make a quorum of their own.
 func Remove(voters []Voter, name string) Decision {
-	if _, isVoter := find(voters, name); !isVoter {
-		d := Now(voters)
-		if !d.OK {
-			d.Reason = fmt.Sprintf("cannot remove %s: %s", name, d.Reason)
-		}
+	if d := Now(voters); !d.OK {
+		d.Reason = fmt.Sprintf("cannot remove %s: %s to commit the change", name, d.Reason)
 		return d
+	}
+	if _, isVoter := find(voters, name); !isVoter {
+		return Decision{true, fmt.Sprintf("%s is not a voter", name)}
 	}
 	if len(voters) == 1 {
 		return Decision{false, fmt.Sprintf("cannot remove %s: it is the last voter", name)}

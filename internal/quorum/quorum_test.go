@@ -28,6 +28,8 @@ func TestRemove(t *testing.T) {
 		{"ABCde", "e", true}, // 3 of 4 healthy, 3 needed
 		{"ABC", "x", true},   // a learner leaves, quorum now
 		{"Abc", "x", false},  // a learner leaves, no quorum to commit
+		{"Ab", "b", false},   // 1 of 1 would stay, but 1 of 2 cannot commit it
+		{"ABcd", "c", false}, // 2 of 4 now: no quorum to commit
 	}
 	for _, c := range cases {
 		if got := Remove(voters(c.voters), c.remove); got.OK != c.ok {

@@ -27,11 +27,11 @@ func (r *Reconciler) bootstrap(ctx context.Context, w *world) (*ctrl.Result, err
 	if w.cluster.Status.ClusterID != "" {
 		return nil, nil
 	}
+	if formedBefore(w) {
+		return r.recoverClusterID(ctx, w)
+	}
 	if w.desired() == 0 {
 		// Created paused: nothing to form until someone asks for members.
-		return done(), nil
-	}
-	if terminal(w) {
 		return done(), nil
 	}
 	seed := w.seed()
@@ -88,21 +88,6 @@ func (r *Reconciler) completeSeed(ctx context.Context, w *world, seed *v1alpha2.
 	return done(), nil
 }
 
-// setInitialCluster records etcd's view of the membership on a member; from
-// then on the member controller may start its Pod.
-func (r *Reconciler) setInitialCluster(ctx context.Context, m *v1alpha2.EtcdMember, initial string) error {
-	patch := client.MergeFrom(m.DeepCopy())
-	m.Spec.InitialCluster = initial
-	if m.Labels == nil {
-		m.Labels = map[string]string{}
-	}
-	m.Labels[build.LabelComponent] = m.Name
-	if err := r.Client.Patch(ctx, m, patch); err != nil {
-		return fmt.Errorf("recording initialCluster of %s: %w", m.Name, err)
-	}
-	return nil
-}
-
 // discover latches the cluster ID, asking the seed alone: only a cluster the
 // seed formed by itself is ours.
 func (r *Reconciler) discover(ctx context.Context, w *world, seed *v1alpha2.EtcdMember) (*ctrl.Result, error) {
@@ -119,7 +104,8 @@ func (r *Reconciler) discover(ctx context.Context, w *world, seed *v1alpha2.Etcd
 	if !formedBySeed(list, seed) {
 		msg := fmt.Sprintf("seed %s answers for a cluster with %d members it did not form alone; refusing to adopt it", seed.Name, len(list.Members))
 		w.unreachable = errors.New(msg)
-		r.event(w.cluster, true, "DiscoveryRefused", "Discover", "%s", msg)
+		r.warnOnce(w, "DiscoveryRefused", "Discover", msg)
+		// The seed's membership is not watched: look again later.
 		return stop(30 * time.Second), nil
 	}
 	w.cluster.Status.ClusterID = etcd.FormatID(list.ClusterID)
@@ -130,36 +116,53 @@ func (r *Reconciler) discover(ctx context.Context, w *world, seed *v1alpha2.Etcd
 	return done(), nil
 }
 
+// formedBefore reports whether the cluster formed although no cluster ID is
+// latched (its status was lost): members joined it, which they do only after
+// the ID is latched, or members are dormant, which happens only to a formed
+// cluster.
+func formedBefore(w *world) bool {
+	for _, m := range w.members {
+		if m.Spec.Dormant || (!m.Spec.Bootstrap && m.Spec.InitialCluster != "") {
+			return true
+		}
+	}
+	return false
+}
+
+// recoverClusterID latches the cluster ID of a formed cluster whose status
+// was lost, from its members: only when etcd's whole membership is accounted
+// for by this cluster's members is the answer trusted.
+func (r *Reconciler) recoverClusterID(ctx context.Context, w *world) (*ctrl.Result, error) {
+	if len(w.endpoints()) == 0 {
+		if dormant := w.dormant(); len(dormant) > 0 && w.desired() > 0 {
+			return r.setDormant(ctx, w, dormant[0], false)
+		}
+		w.working(conditions.ReasonWaitingForMembers, "The cluster ID is not in status; waiting for a member to run to recover it from")
+		return done(), nil
+	}
+	list, err := r.memberList(ctx, w, nil)
+	if err != nil {
+		r.unreachable(w, err)
+		return stop(etcdRetry), nil
+	}
+	for _, em := range list.Members {
+		if w.memberOf(em) == nil {
+			msg := fmt.Sprintf("etcd lists member %s (%v) that no EtcdMember of this cluster accounts for; "+
+				"refusing to recover the cluster ID %s from it", strangerName(em), em.PeerURLs, etcd.FormatID(list.ClusterID))
+			w.unreachable = errors.New(msg)
+			r.warnOnce(w, "ClusterIDRecoveryRefused", "Recover", msg)
+			return done(), nil
+		}
+	}
+	w.cluster.Status.ClusterID = etcd.FormatID(list.ClusterID)
+	r.event(w.cluster, false, "ClusterIDRecovered", "Recover", "Recovered cluster ID %s from the members: it was missing from status", w.cluster.Status.ClusterID)
+	return done(), nil
+}
+
 func formedBySeed(list *etcd.MemberList, seed *v1alpha2.EtcdMember) bool {
 	if len(list.Members) != 1 {
 		return false
 	}
 	m := list.Members[0]
 	return m.Name == seed.Name || slices.Contains(m.PeerURLs, build.PeerURL(seed))
-}
-
-// unreachable records that etcd could not be asked.
-func (r *Reconciler) unreachable(w *world, err error) {
-	w.unreachable = err
-}
-
-// memberList asks the given members (or every reachable voter) for etcd's
-// membership and keeps it in the world for the rest of the pass.
-func (r *Reconciler) memberList(ctx context.Context, w *world, via []*v1alpha2.EtcdMember) (*etcd.MemberList, error) {
-	if w.etcdMembers != nil {
-		return w.etcdMembers, nil
-	}
-	c, err := r.dial(ctx, w, via)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = c.Close() }()
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	list, err := c.MemberList(rctx)
-	if err != nil {
-		return nil, err
-	}
-	w.etcdMembers = list
-	return list, nil
 }

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,9 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
-	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
@@ -48,6 +46,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -82,7 +81,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if cluster.DeletionTimestamp != nil {
-		// Members, Pods, PVCs, Services and the PDB go through owner references.
+		// Members, Pods, PVCs, Services and the PDB go through owner
+		// references; nothing is created or changed meanwhile.
 		return ctrl.Result{}, nil
 	}
 	w, err := r.snapshot(ctx, cluster)
@@ -95,6 +95,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	res, stepErr := r.runSteps(ctx, w)
+	if namespaceTerminating(stepErr) {
+		// Everything in the namespace is going; creating more only fails.
+		return ctrl.Result{}, nil
+	}
 	if err := r.reconcilePDB(ctx, w); err != nil && stepErr == nil {
 		stepErr = err
 	}
@@ -106,9 +110,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.Metrics.ReconcileError(cluster.Namespace, cluster.Name)
 		return ctrl.Result{}, stepErr
 	}
-	// Come back when the progress deadline expires, if nothing else does first.
-	if d := wanted(w); d != nil && (res.RequeueAfter == 0 || *d < res.RequeueAfter) {
-		res.RequeueAfter = *d + time.Second
+	// Come back when the progress deadline, or a joining member's own
+	// deadline, expires, if nothing else does first.
+	for _, d := range []*time.Duration{wanted(w), joinDeadline(w)} {
+		if d != nil && (res.RequeueAfter == 0 || *d+time.Second < res.RequeueAfter) {
+			res.RequeueAfter = *d + time.Second
+		}
 	}
 	return res, nil
 }
@@ -118,14 +125,11 @@ func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error
 		r.ensureServices,
 		r.initialize,
 		r.latchTarget,
+		r.holdUnimplemented,
 		r.bootstrap,
-		r.waitForLeavers,
 		r.readEtcd,
-		r.removeStrays,
-		r.replaceStaleJoiner,
-		r.completePending,
-		r.promoteLearner,
-		r.replaceLost,
+		r.recordJoined,
+		r.changeMembership,
 		r.scale,
 	}
 	for _, s := range steps {
@@ -140,26 +144,25 @@ func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error
 	return ctrl.Result{}, nil
 }
 
+// snapshot gathers the members the cluster controls, by the UID in their
+// controller reference: labels can be edited, and members of an earlier
+// cluster of the same name are not ours to touch.
 func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*world, error) {
 	list := &v1alpha2.EtcdMemberList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{build.LabelCluster: c.Name}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), index.ByController(string(c.UID))); err != nil {
 		return nil, fmt.Errorf("listing members: %w", err)
 	}
 	w := &world{cluster: c, original: c.DeepCopy(), now: r.Clock.Now()}
 	for i := range list.Items {
-		m := &list.Items[i]
-		if owned(c, m) {
-			w.members = append(w.members, m)
-		}
+		w.members = append(w.members, &list.Items[i])
 	}
 	return w, nil
 }
 
-// owned reports whether the cluster controls the member; members of another
-// cluster of the same name (an earlier incarnation) are not ours to touch.
-func owned(c *v1alpha2.EtcdCluster, m *v1alpha2.EtcdMember) bool {
-	ref := metav1.GetControllerOf(m)
-	return ref != nil && ref.UID == c.UID
+// namespaceTerminating reports whether an error says the namespace is being
+// deleted.
+func namespaceTerminating(err error) bool {
+	return err != nil && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
 }
 
 // stop ends the pass, optionally coming back after a real timer.
@@ -167,10 +170,6 @@ func stop(after time.Duration) *ctrl.Result { return &ctrl.Result{RequeueAfter: 
 
 // done ends the pass and waits for the next watch event.
 func done() *ctrl.Result { return &ctrl.Result{} }
-
-func (r *Reconciler) event(obj client.Object, warning bool, reason, action, format string, args ...any) {
-	conditions.Record(r.Recorder, obj, warning, reason, action, format, args...)
-}
 
 func logf(ctx context.Context, w *world) func(msg string, kv ...any) {
 	l := log.FromContext(ctx).WithValues("etcdcluster", client.ObjectKeyFromObject(w.cluster))

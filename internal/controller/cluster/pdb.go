@@ -4,24 +4,22 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
 )
 
 // reconcilePDB keeps a PodDisruptionBudget over the voters that allows a
-// voluntary disruption (drain, eviction) only while a majority stays up. With
-// no voter running there is nothing to protect and the budget is removed.
+// voluntary disruption (drain, eviction) only while a majority of the voters
+// that remain stays up. With no voter running there is nothing to protect
+// and the budget is removed.
 func (r *Reconciler) reconcilePDB(ctx context.Context, w *world) error {
-	voters := int32(0)
-	for _, m := range w.running() {
-		if m.Status.IsVoter {
-			voters++
-		}
-	}
-	want := build.PodDisruptionBudget(w.cluster, voters, int32(w.desired()))
+	voters, unavailable := r.budgetCounts(ctx, w)
+	want := build.PodDisruptionBudget(w.cluster, build.PDBMinAvailable(voters, int32(w.desired()), unavailable))
 	have := &policyv1.PodDisruptionBudget{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
@@ -46,4 +44,47 @@ func (r *Reconciler) reconcilePDB(ctx context.Context, w *world) error {
 		return fmt.Errorf("updating PodDisruptionBudget: %w", err)
 	}
 	return nil
+}
+
+// budgetCounts returns the voters etcd has (those being removed included:
+// until they are gone they count towards quorum) and how many voters the
+// budget would count as available although they are not: being removed
+// (their Pods may still carry the role label the budget selects on), or
+// known unhealthy while their Pod still reads Ready (a Pod on a node that
+// stopped answering keeps its last status until the node is declared lost).
+func (r *Reconciler) budgetCounts(ctx context.Context, w *world) (voters, unavailable int32) {
+	for _, m := range w.members {
+		if m.Spec.Dormant || !w.isVoter(m) {
+			continue
+		}
+		voters++
+		if deleting(m) || (!healthy(m) && r.podReady(ctx, m)) {
+			unavailable++
+		}
+	}
+	if w.etcdMembers != nil {
+		// Voters no EtcdMember accounts for count too.
+		n := int32(0)
+		for _, em := range w.etcdMembers.Members {
+			if !em.IsLearner {
+				n++
+			}
+		}
+		voters = max(voters, n)
+	}
+	return voters, unavailable
+}
+
+// podReady reports whether the member's Pod reads Ready to Kubernetes.
+func (r *Reconciler) podReady(ctx context.Context, m *v1alpha2.EtcdMember) bool {
+	pod := &corev1.Pod{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod); err != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -15,10 +15,10 @@ import (
 
 // scale moves the number of running members one step towards the target:
 // wake a dormant member or add one learner when short, pause or remove one
-// member when over.
+// member when over. A cluster that has not formed is the bootstrap's.
 func (r *Reconciler) scale(ctx context.Context, w *world) (*ctrl.Result, error) {
-	if terminal(w) {
-		return done(), nil
+	if w.cluster.Status.ClusterID == "" {
+		return nil, nil
 	}
 	running, desired := len(w.running()), w.desired()
 	switch {
@@ -34,9 +34,8 @@ func (r *Reconciler) grow(ctx context.Context, w *world) (*ctrl.Result, error) {
 	if dormant := w.dormant(); len(dormant) > 0 {
 		return r.setDormant(ctx, w, dormant[0], false)
 	}
-
 	for _, m := range w.running() {
-		if !ready(m) || !m.Status.IsVoter {
+		if !ready(m) || !w.isVoter(m) {
 			w.working(conditions.ReasonWaitingForMembers, fmt.Sprintf("Waiting for member %s to be a ready voter before adding the next", m.Name))
 			return done(), nil
 		}
@@ -45,31 +44,58 @@ func (r *Reconciler) grow(ctx context.Context, w *world) (*ctrl.Result, error) {
 		w.working(conditions.ReasonWaitingForMembers, "Waiting for a running member to add the next one through")
 		return done(), nil
 	}
-	m, err := r.createMember(ctx, w, false)
-	if err != nil {
+	if l := w.learner(); l != nil {
+		w.working(conditions.ReasonWaitingForMembers, fmt.Sprintf("Waiting for etcd's learner %s to be promoted or removed", strangerName(*l)))
+		return done(), nil
+	}
+	if d := quorum.AddLearner(w.voters()); !d.OK {
+		r.refuse(w, d.Reason)
+		return done(), nil
+	}
+	if _, err := r.createMember(ctx, w, false); err != nil {
 		return nil, err
 	}
-	return r.joinMember(ctx, w, m)
+	if res, err := r.addPending(ctx, w); res != nil || err != nil {
+		return res, err
+	}
+	return done(), nil
 }
 
 func (r *Reconciler) shrink(ctx context.Context, w *world) (*ctrl.Result, error) {
+	if leaving := w.leaving(); len(leaving) > 0 {
+		// One removal at a time: the next victim waits for this one.
+		w.working(conditions.ReasonScalingDown, fmt.Sprintf("Waiting for member %s to leave", leaving[0].Name))
+		return done(), nil
+	}
 	running := w.running()
 	if w.desired() == 0 && len(running) == 1 {
 		return r.setDormant(ctx, w, running[0], true)
 	}
 	victim := chooseVictim(w)
-	if d := quorum.Remove(w.voters(), victim.Name); !d.OK {
-		return r.refuse(w, d.Reason)
+	if w.isVoter(victim) {
+		if d := quorum.Remove(w.voters(), victim.Name); !d.OK {
+			r.refuse(w, fmt.Sprintf("scaling down waits: %s", d.Reason))
+			return done(), nil
+		}
 	}
 	w.working(conditions.ReasonScalingDown, fmt.Sprintf("Removing member %s", victim.Name))
 	return r.deleteMember(ctx, w, victim, "MemberRemoved", "Removing member "+victim.Name+" to scale down")
 }
 
-// deleteMember deletes an EtcdMember; its finalizer removes it from etcd.
+// deleteMember deletes an EtcdMember the operator gives up; the next pass
+// removes it from etcd (removeLeaving) and releases its finalizer.
 func (r *Reconciler) deleteMember(ctx context.Context, w *world, m *v1alpha2.EtcdMember, reason, message string) (*ctrl.Result, error) {
+	// First out of the client Service and the budget: were the operator to
+	// stop right after the deletion, the budget must not count the member.
+	if err := r.stopServing(ctx, m); err != nil {
+		return nil, err
+	}
 	if err := r.Client.Delete(ctx, m, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
 		return nil, fmt.Errorf("deleting member %s: %w", m.Name, err)
 	}
+	// The rest of the pass (the budget) sees it leaving, as the API does.
+	now := metav1.NewTime(w.now)
+	m.DeletionTimestamp = &now
 	r.expect.deleted(client.ObjectKeyFromObject(w.cluster).String(), m.Name, w.now)
 	r.event(w.cluster, false, reason, "DeleteMember", "%s", message)
 	logf(ctx, w)("Deleting member", "member", m.Name, "reason", reason)
@@ -84,7 +110,7 @@ func chooseVictim(w *world) *v1alpha2.EtcdMember {
 		switch {
 		case m.Spec.InitialCluster == "":
 			return 0
-		case !m.Status.IsVoter:
+		case !w.isVoter(m):
 			return 1
 		case lost(m):
 			return 2
@@ -118,60 +144,4 @@ func (r *Reconciler) setDormant(ctx context.Context, w *world, m *v1alpha2.EtcdM
 		r.event(w.cluster, false, conditions.ReasonResuming, "Resume", "Resuming dormant member %s", m.Name)
 	}
 	return done(), nil
-}
-
-// replaceLost removes a member that cannot come back as itself (tmpfs Pod
-// gone, data directory lost, node gone), when quorum allows; scaling then adds
-// a fresh member in its place.
-func (r *Reconciler) replaceLost(ctx context.Context, w *world) (*ctrl.Result, error) {
-	if terminal(w) {
-		return nil, nil
-	}
-	for _, m := range w.running() {
-		if !lost(m) {
-			continue
-		}
-		if d := quorum.Remove(w.voters(), m.Name); !d.OK {
-			return r.refuse(w, d.Reason)
-		}
-		w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing lost member %s", m.Name))
-		why := conditions.Get(m.Status.Conditions, conditions.Lost)
-		return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
-			fmt.Sprintf("Removing lost member %s to replace it (%s: %s)", m.Name, why.Reason, why.Message))
-	}
-	return nil, nil
-}
-
-// replaceStaleJoiner removes a member made for an earlier target that never
-// joined (unschedulable, say). Members are never re-templated, so it would
-// wait forever; the scale step then adds one from the current target.
-func (r *Reconciler) replaceStaleJoiner(ctx context.Context, w *world) (*ctrl.Result, error) {
-	m := staleJoiner(w)
-	if m == nil || terminal(w) {
-		return nil, nil
-	}
-	w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which never joined and was made for an earlier target", m.Name))
-	return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
-		fmt.Sprintf("Removing member %s: it never became a ready voter and the target changed since it was made", m.Name))
-}
-
-// staleJoiner finds a member that never became a ready voter and whose
-// template no longer matches the latched target.
-func staleJoiner(w *world) *v1alpha2.EtcdMember {
-	o := w.cluster.Status.Observed
-	for _, m := range w.running() {
-		if m.Status.IsVoter || ready(m) {
-			continue
-		}
-		s := m.Spec
-		if s.Version != o.Version || s.Storage.Size.Cmp(o.Storage.Size) != 0 ||
-			!equality.Semantic.DeepEqual(s.Affinity, o.Affinity) ||
-			!equality.Semantic.DeepEqual(s.TopologySpreadConstraints, o.TopologySpreadConstraints) ||
-			!equality.Semantic.DeepEqual(s.Resources, o.Resources) ||
-			!equality.Semantic.DeepEqual(s.ImagePullSecrets, o.ImagePullSecrets) ||
-			!equality.Semantic.DeepEqual(s.Options, o.Options) {
-			return m
-		}
-	}
-	return nil
 }

@@ -18,7 +18,8 @@ import (
 // changed, so a steady cluster costs no writes.
 func (r *Reconciler) writeStatus(ctx context.Context, w *world) error {
 	st := &w.cluster.Status
-	st.ReadyMembers = int32(w.readyCount())
+	// Ready voters: a learner does not serve clients.
+	st.ReadyMembers = int32(w.readyVoters())
 	st.Selector = build.SelectorString(w.cluster.Name)
 	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
 	setAvailable(w)
@@ -45,18 +46,25 @@ func paused(w *world) bool { return w.desired() == 0 && len(w.running()) == 0 }
 
 func setAvailable(w *world) {
 	st := w.cluster.Status
-	desired, readyN := w.desired(), w.readyCount()
+	desired, readyN := w.desired(), w.readyVoters()
 	switch {
+	case w.blocked != nil:
+		set(w, conditions.Available, false, w.blocked.reason, w.blocked.message)
+	case w.mismatch != "":
+		set(w, conditions.Available, false, conditions.ReasonClusterIDMismatch, w.mismatch)
 	case paused(w):
 		set(w, conditions.Available, false, conditions.ReasonPaused, "The cluster is paused (replicas: 0); its data is kept")
-	case terminal(w) && st.ClusterID == "":
+	case overdue(w) && st.ClusterID == "":
 		set(w, conditions.Available, false, conditions.ReasonBootstrapFailed, "The cluster never formed")
 	case w.unreachable != nil && readyN == 0:
 		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, "Cannot reach etcd: "+w.unreachable.Error())
 	case st.ClusterID == "":
 		set(w, conditions.Available, false, conditions.ReasonBootstrapping, "The seed member has not formed the cluster yet")
+	case len(w.members) == 0:
+		set(w, conditions.Available, false, conditions.ReasonQuorumLost,
+			"Every member was deleted: the cluster's data is gone. Delete the EtcdCluster and create it again (or restore a snapshot into a new one)")
 	case readyN >= desired && readyN > 0:
-		set(w, conditions.Available, true, conditions.ReasonQuorumHealthy, fmt.Sprintf("All %d members are ready", readyN))
+		set(w, conditions.Available, true, conditions.ReasonQuorumHealthy, fmt.Sprintf("All %d members are ready voters", readyN))
 	default:
 		// Judged against the voters etcd has now, not the target: a cluster
 		// growing from 1 to 3 with its one voter healthy serves fine.
@@ -70,13 +78,18 @@ func setAvailable(w *world) {
 
 func setProgressing(w *world) {
 	switch {
-	case terminal(w):
-		// Keeps the reason and message it was given up with.
 	case paused(w) && targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
 	case targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonReconciled,
-			fmt.Sprintf("%d members of etcd %s are ready", w.desired(), w.cluster.Status.Observed.Version))
+			fmt.Sprintf("%d members of etcd %s are ready voters", w.desired(), w.cluster.Status.Observed.Version))
+	case overdue(w):
+		// Reported, not given up: the operator keeps working on the target.
+		reason, msg := deadlineReport(w)
+		if w.progress.reason != "" {
+			msg += "; now: " + w.progress.message
+		}
+		set(w, conditions.Progressing, false, reason, msg)
 	case w.progress.reason != "":
 		set(w, conditions.Progressing, true, w.progress.reason, w.progress.message)
 	default:
@@ -92,11 +105,13 @@ func setDegraded(w *world) {
 	for _, m := range w.running() {
 		// A member still joining is not unhealthy; a voter that is not
 		// ready, or any lost member, is.
-		if (m.Status.IsVoter && !ready(m)) || lost(m) {
+		if (w.isVoter(m) && !ready(m)) || lost(m) {
 			unhealthy = append(unhealthy, m.Name)
 		}
 	}
 	switch {
+	case w.mismatch != "":
+		set(w, conditions.Degraded, true, conditions.ReasonClusterIDMismatch, w.mismatch)
 	case paused(w):
 		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
 	case w.refused != "":

@@ -103,23 +103,24 @@ func targetReached(w *world) bool {
 		return false
 	}
 	for _, m := range running {
-		if !ready(m) || lost(m) || !m.Status.IsVoter || m.Spec.InitialCluster == "" {
+		if !ready(m) || lost(m) || !w.isVoter(m) || m.Spec.InitialCluster == "" {
 			return false
 		}
 	}
 	return true
 }
 
-// terminal reports whether the latched target was given up (BootstrapFailed or
-// DeadlineExceeded): no member is created or removed for it any more.
-func terminal(w *world) bool {
-	c := conditions.Get(w.cluster.Status.Conditions, conditions.Progressing)
-	return c != nil && c.Status == metav1.ConditionFalse &&
-		(c.Reason == conditions.ReasonBootstrapFailed || c.Reason == conditions.ReasonDeadlineExceeded)
+// overdue reports whether the latched target missed its deadline. That is a
+// report (Progressing=False) and lets a changed spec be adopted at once; it
+// stops no work: members are still repaired, joined and promoted, and
+// reaching the target later clears it.
+func overdue(w *world) bool {
+	d := w.cluster.Status.ProgressDeadline
+	return d != nil && !w.now.Before(d.Time)
 }
 
-// latchTarget adopts a new spec at a boundary and escalates an expired
-// deadline.
+// latchTarget adopts a new spec at a boundary (the target reached, or its
+// deadline passed) and reports a missed deadline once.
 func (r *Reconciler) latchTarget(_ context.Context, w *world) (*ctrl.Result, error) {
 	st := &w.cluster.Status
 	if targetReached(w) {
@@ -130,42 +131,50 @@ func (r *Reconciler) latchTarget(_ context.Context, w *world) (*ctrl.Result, err
 		}
 		return nil, nil
 	}
-	if st.ProgressDeadline == nil || w.now.Before(st.ProgressDeadline.Time) {
+	if !overdue(w) {
 		return nil, nil
 	}
 	if specChanged(w) {
 		r.adopt(w, conditions.ReasonRetryAfterDeadline, "The deadline of the previous target expired; adopted the changed spec")
 		return done(), nil
 	}
-	if !terminal(w) {
-		r.giveUp(w)
+	if reason, _ := deadlineReport(w); !hasReason(w, conditions.Progressing, reason) {
+		r.event(w.cluster, true, reason, "Deadline", "%s", deadlineMessage(w))
 	}
 	return nil, nil
 }
 
-func (r *Reconciler) giveUp(w *world) {
-	st := &w.cluster.Status
-	reason, msg := conditions.ReasonDeadlineExceeded,
-		fmt.Sprintf("%d of %d members were not ready within %ds; change the spec (or fix what blocks the members) to try again",
-			w.readyCount(), w.desired(), progressDeadlineSeconds(&w.cluster.Spec))
-	if st.ClusterID == "" {
-		reason, msg = conditions.ReasonBootstrapFailed,
-			fmt.Sprintf("the cluster did not form within %ds; delete and recreate the EtcdCluster after fixing what blocked the seed member",
-				progressDeadlineSeconds(&w.cluster.Spec))
+// deadlineReport is the Progressing reason and message of a missed deadline.
+func deadlineReport(w *world) (string, string) {
+	if w.cluster.Status.ClusterID == "" {
+		return conditions.ReasonBootstrapFailed, deadlineMessage(w)
 	}
-	conditions.Set(&st.Conditions, w.cluster.Generation, conditions.Progressing, metav1.ConditionFalse, reason, msg)
-	r.event(w.cluster, true, reason, "GiveUp", "%s", msg)
+	return conditions.ReasonDeadlineExceeded, deadlineMessage(w)
 }
 
-// wanted is the next deadline timer, if the target is still being worked on.
+func deadlineMessage(w *world) string {
+	secs := progressDeadlineSeconds(&w.cluster.Spec)
+	if w.cluster.Status.ClusterID == "" {
+		return fmt.Sprintf("the cluster did not form within %ds; it is still adopted if the seed member forms it, "+
+			"else delete and recreate the EtcdCluster after fixing what blocks the seed", secs)
+	}
+	return fmt.Sprintf("%d of %d members were not ready voters within %ds; the operator keeps working on it "+
+		"(members that never start are replaced after the same time); change the spec or fix what blocks the members",
+		w.readyVoters(), w.desired(), secs)
+}
+
+func hasReason(w *world, typ, reason string) bool {
+	c := conditions.Get(w.cluster.Status.Conditions, typ)
+	return c != nil && c.Reason == reason
+}
+
+// wanted is the next deadline timer, if the target is still being worked on
+// and its deadline has not passed yet.
 func wanted(w *world) *time.Duration {
 	st := w.cluster.Status
-	if st.ProgressDeadline == nil || terminal(w) {
+	if st.ProgressDeadline == nil || overdue(w) {
 		return nil
 	}
 	d := st.ProgressDeadline.Sub(w.now)
-	if d < 0 {
-		d = 0
-	}
 	return &d
 }

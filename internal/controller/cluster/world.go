@@ -13,7 +13,8 @@ import (
 )
 
 // world is everything one reconcile decides from, gathered once: the cluster,
-// its members, the time, and (once fetched) etcd's own membership.
+// its members (found through their controller reference, never by label),
+// the time, and (once fetched) etcd's own membership.
 type world struct {
 	cluster *v1alpha2.EtcdCluster
 	// original is the cluster as read, to write status only when it changed.
@@ -30,6 +31,11 @@ type world struct {
 	refused string
 	// unreachable is why etcd could not be asked, if it could not.
 	unreachable error
+	// mismatch is set when etcd answers for another cluster than the one
+	// latched; nothing is changed then.
+	mismatch string
+	// blocked is why the cluster cannot do what its spec asks at all.
+	blocked *progress
 }
 
 // progress says what the operator is doing; an empty reason means nothing.
@@ -92,54 +98,89 @@ func (w *world) filter(keep func(*v1alpha2.EtcdMember) bool) []*v1alpha2.EtcdMem
 func ready(m *v1alpha2.EtcdMember) bool {
 	return conditions.IsTrue(m.Status.Conditions, conditions.Ready)
 }
+
 func lost(m *v1alpha2.EtcdMember) bool {
 	return conditions.IsTrue(m.Status.Conditions, conditions.Lost)
 }
 
-// readyCount counts running members whose Ready condition is True.
-func (w *world) readyCount() int {
+// healthy: the member serves (Ready) and can come back as itself (not Lost).
+// A member being deleted still counts while it runs: its own removal is
+// projected as its departure, and removals happen one at a time.
+func healthy(m *v1alpha2.EtcdMember) bool { return ready(m) && !lost(m) }
+
+// readyVoters counts the running voters that are Ready: what serves clients.
+func (w *world) readyVoters() int {
 	n := 0
 	for _, m := range w.running() {
-		if ready(m) {
+		if ready(m) && w.isVoter(m) {
 			n++
 		}
 	}
 	return n
 }
 
-// byPeerURL finds the member etcd knows under a peer URL.
-func (w *world) byPeerURL(urls []string) *v1alpha2.EtcdMember {
+// isVoter reports whether etcd lists the member as a voter, or, before etcd
+// was asked, whether the member's status says so.
+func (w *world) isVoter(m *v1alpha2.EtcdMember) bool {
+	if w.etcdMembers == nil {
+		return m.Status.IsVoter
+	}
+	em := w.etcdMemberOf(m)
+	return em != nil && !em.IsLearner
+}
+
+// memberOf finds the EtcdMember etcd knows as em: by the member ID the
+// member recorded, else by the peer URL its spec determines. Either one
+// suffices, so neither a lost status nor an edited annotation makes a member
+// look like a stranger.
+func (w *world) memberOf(em etcd.Member) *v1alpha2.EtcdMember {
+	id := etcd.FormatID(em.ID)
 	for _, m := range w.members {
-		if slices.Contains(urls, build.PeerURL(m)) {
+		if m.Status.MemberID == id {
+			return m
+		}
+	}
+	for _, m := range w.members {
+		if slices.Contains(em.PeerURLs, build.PeerURL(m)) {
 			return m
 		}
 	}
 	return nil
 }
 
-// etcdMemberOf finds a member in etcd's membership.
+// etcdMemberOf finds a member in etcd's membership, the same way.
 func (w *world) etcdMemberOf(m *v1alpha2.EtcdMember) *etcd.Member {
 	if w.etcdMembers == nil {
 		return nil
 	}
-	url := build.PeerURL(m)
 	for i := range w.etcdMembers.Members {
-		if slices.Contains(w.etcdMembers.Members[i].PeerURLs, url) {
+		if w.memberOf(w.etcdMembers.Members[i]) == m {
 			return &w.etcdMembers.Members[i]
 		}
 	}
 	return nil
 }
 
-// voters lists etcd's voters with their health: a voter is healthy when its
-// member is Ready. A voter no EtcdMember accounts for counts as unhealthy.
-// Before etcd was asked, members' recorded voter flag stands in.
+// byID finds the member etcd knows under an ID.
+func (w *world) byID(id uint64) *v1alpha2.EtcdMember {
+	for _, em := range w.etcdMembers.Members {
+		if em.ID == id {
+			return w.memberOf(em)
+		}
+	}
+	return nil
+}
+
+// voters lists etcd's voters with their health: the one projection every
+// membership decision uses. A voter no EtcdMember accounts for counts as
+// unhealthy. Before etcd was asked, the members' recorded voter flag stands
+// in.
 func (w *world) voters() []quorum.Voter {
 	var out []quorum.Voter
 	if w.etcdMembers == nil {
 		for _, m := range w.running() {
 			if m.Status.IsVoter {
-				out = append(out, quorum.Voter{Name: m.Name, Healthy: ready(m) && !lost(m)})
+				out = append(out, quorum.Voter{Name: m.Name, Healthy: healthy(m)})
 			}
 		}
 		return out
@@ -148,14 +189,27 @@ func (w *world) voters() []quorum.Voter {
 		if em.IsLearner {
 			continue
 		}
-		m := w.byPeerURL(em.PeerURLs)
+		m := w.memberOf(em)
 		if m == nil {
 			out = append(out, quorum.Voter{Name: strangerName(em)})
 			continue
 		}
-		out = append(out, quorum.Voter{Name: m.Name, Healthy: ready(m) && !lost(m) && !deleting(m)})
+		out = append(out, quorum.Voter{Name: m.Name, Healthy: healthy(m) && !m.Spec.Dormant})
 	}
 	return out
+}
+
+// learnerOf returns etcd's learner, if there is one.
+func (w *world) learner() *etcd.Member {
+	if w.etcdMembers == nil {
+		return nil
+	}
+	for i := range w.etcdMembers.Members {
+		if w.etcdMembers.Members[i].IsLearner {
+			return &w.etcdMembers.Members[i]
+		}
+	}
+	return nil
 }
 
 // strangerName names an etcd member no EtcdMember accounts for.
@@ -166,16 +220,16 @@ func strangerName(em etcd.Member) string {
 	return "id:" + etcd.FormatID(em.ID)
 }
 
-// voterEndpoints are the members worth dialling: running members etcd or
-// their status call voters, else every running member.
-func (w *world) voterEndpoints() []*v1alpha2.EtcdMember {
+// endpoints are the members worth dialling: running members with a Pod
+// that are voters, else every running member with a Pod.
+func (w *world) endpoints() []*v1alpha2.EtcdMember {
 	var voters, all []*v1alpha2.EtcdMember
-	for _, m := range w.running() {
-		if m.Spec.InitialCluster == "" || m.Status.PodName == "" {
+	for _, m := range w.members {
+		if m.Spec.Dormant || m.Spec.InitialCluster == "" || m.Status.PodName == "" {
 			continue
 		}
 		all = append(all, m)
-		if m.Status.IsVoter {
+		if m.Status.IsVoter && healthy(m) {
 			voters = append(voters, m)
 		}
 	}

@@ -1,8 +1,11 @@
 package lifecycle
 
 import (
+	"context"
 	"fmt"
 	"testing"
+
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 // scenario is a change driven to completion from a converged start.
@@ -10,6 +13,8 @@ type scenario struct {
 	name   string
 	start  int32 // replicas to converge on first (0: start from nothing)
 	target int32
+	// disrupt, if set, is what happens instead of a replicas change.
+	disrupt func(h *harness)
 }
 
 // TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
@@ -22,6 +27,21 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 		{name: "scale 1 to 3", start: 1, target: 3},
 		{name: "scale 3 to 1", start: 3, target: 1},
 		{name: "pause 3 to 0", start: 3, target: 0},
+		{name: "scale 3 to 2, the leader leaving", start: 3, target: 2, disrupt: func(h *harness) {
+			id, _ := etcd.ParseID(newest(h.members("c")).Status.MemberID)
+			h.moveLeaderTo(id)
+			h.setReplicas("c", 2)
+		}},
+		{name: "replace a member whose node died", start: 3, target: 3, disrupt: func(h *harness) {
+			h.stopNode(h.nodeOf(h.members("c")[1].Name))
+		}},
+		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
+			for _, m := range h.members("c")[:2] {
+				if err := h.c.Delete(context.Background(), &m); err != nil {
+					h.t.Fatal(err)
+				}
+			}
+		}},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -31,6 +51,7 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 			}
 			for k := 1; k <= calls; k++ {
 				t.Run(fmt.Sprintf("crash after call %d of %d", k, calls), func(t *testing.T) {
+					t.Parallel()
 					h := prepared(t, sc)
 					h.restart(k)
 					h.setReplicasOrCreate(sc)
@@ -54,6 +75,10 @@ func prepared(t *testing.T, sc scenario) *harness {
 }
 
 func (h *harness) setReplicasOrCreate(sc scenario) {
+	if sc.disrupt != nil {
+		sc.disrupt(h)
+		return
+	}
 	if sc.start == 0 {
 		h.createCluster("c", sc.target)
 		return

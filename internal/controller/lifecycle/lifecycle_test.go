@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,8 +168,11 @@ func TestUserDeletionThatWouldLoseQuorumIsRefused(t *testing.T) {
 	if err := h.c.Get(context.Background(), client.ObjectKeyFromObject(&ms[1]), left); err != nil {
 		t.Fatalf("the member was removed although quorum would be lost: %v", err)
 	}
-	if c := conditions.Get(left.Status.Conditions, conditions.Ready); c == nil || c.Reason != conditions.ReasonRemovalRefused {
-		t.Errorf("no refusal recorded on the member: %+v", c)
+	if c := conditions.Get(h.getCluster("c").Status.Conditions, conditions.Degraded); c == nil || c.Reason != conditions.ReasonRefused || !strings.Contains(c.Message, left.Name) {
+		t.Errorf("the cluster does not say which removal waits: %+v", c)
+	}
+	if notes := h.events.notes(conditions.ReasonRefused); !slices.ContainsFunc(notes, func(n string) bool { return strings.HasPrefix(n, left.Name+": ") }) {
+		t.Errorf("no Warning Event on the member whose removal waits: %q", notes)
 	}
 	if len(h.etcd.Members()) != 3 {
 		t.Errorf("etcd lost a member:\n%s", h.etcd.String())

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,6 +30,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/index"
 )
 
 // Reconciler reconciles EtcdMember objects.
@@ -74,7 +76,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // membersOnNode maps a Node event to the members whose Pods run there.
 func (r *Reconciler) membersOnNode(ctx context.Context, obj client.Object) []reconcile.Request {
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.MatchingFields{podNodeIndex: obj.GetName()}); err != nil {
+	if err := r.Client.List(ctx, pods, client.MatchingFields{index.PodNode: obj.GetName()}); err != nil {
 		return nil
 	}
 	var out []reconcile.Request
@@ -85,8 +87,6 @@ func (r *Reconciler) membersOnNode(ctx context.Context, obj client.Object) []rec
 	}
 	return out
 }
-
-const podNodeIndex = "spec.nodeName"
 
 // nodeReadinessChanged passes Node updates that change the Ready condition.
 func nodeReadinessChanged() predicate.Predicate {
@@ -107,17 +107,6 @@ func nodeReady(n *corev1.Node) corev1.ConditionStatus {
 		}
 	}
 	return corev1.ConditionUnknown
-}
-
-// IndexPodsByNode registers the field index membersOnNode needs.
-func IndexPodsByNode(ctx context.Context, mgr ctrl.Manager) error {
-	return mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
-		p := o.(*corev1.Pod)
-		if p.Spec.NodeName == "" || ownerMember(p) == "" {
-			return nil
-		}
-		return []string{p.Spec.NodeName}
-	})
 }
 
 func ownerMember(p *corev1.Pod) string {
@@ -151,21 +140,44 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if m.DeletionTimestamp != nil {
 		return r.finalize(ctx, s)
 	}
-	if !controllerutil.ContainsFinalizer(m, build.MemberFinalizer) {
-		// Added before anything else exists, so that a deletion at any later
-		// point still removes the member from etcd.
-		patch := client.MergeFrom(m.DeepCopy())
-		controllerutil.AddFinalizer(m, build.MemberFinalizer)
-		if err := r.Client.Patch(ctx, m, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
-		s.original = m.DeepCopy()
+	if err := r.settleIdentity(ctx, s); err != nil {
+		return ctrl.Result{}, err
 	}
 	res, err := r.realize(ctx, s)
+	if namespaceTerminating(err) {
+		// Everything in the namespace is going; creating more only fails.
+		return ctrl.Result{}, nil
+	}
 	if werr := r.writeStatus(ctx, s); werr != nil && err == nil {
 		err = werr
 	}
 	return res, err
+}
+
+// settleIdentity adds the finalizer before anything else exists, so that a
+// deletion at any later point still removes the member from etcd, and
+// records the Service its DNS names live under, which (with its name) makes
+// its peer URL: from then on neither an annotation nor a label changes who
+// the member is.
+func (r *Reconciler) settleIdentity(ctx context.Context, s *state) error {
+	m := s.member
+	if controllerutil.ContainsFinalizer(m, build.MemberFinalizer) && m.Spec.ServiceName != "" {
+		return nil
+	}
+	patch := client.MergeFrom(m.DeepCopy())
+	controllerutil.AddFinalizer(m, build.MemberFinalizer)
+	m.Spec.ServiceName = build.ServiceName(m)
+	if err := r.Client.Patch(ctx, m, patch); err != nil {
+		return fmt.Errorf("adding finalizer: %w", err)
+	}
+	s.original = m.DeepCopy()
+	return nil
+}
+
+// namespaceTerminating reports whether an error says the namespace is being
+// deleted.
+func namespaceTerminating(err error) bool {
+	return err != nil && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
 }
 
 func (r *Reconciler) load(ctx context.Context, m *v1alpha2.EtcdMember) (*state, error) {
@@ -173,28 +185,56 @@ func (r *Reconciler) load(ctx context.Context, m *v1alpha2.EtcdMember) (*state, 
 	c := &v1alpha2.EtcdCluster{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.ClusterName}, c)
 	switch {
-	case err == nil:
+	case err == nil && controlledBy(m, c):
 		s.cluster = c
+	case err == nil:
+		// A cluster of the same name that did not create this member (an
+		// earlier incarnation did): it is an orphan.
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("reading cluster %s: %w", m.Spec.ClusterName, err)
 	}
+	pod, err := r.loadPod(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	s.pod = pod
+	return s, nil
+}
+
+// controlledBy reports whether the cluster created the member.
+func controlledBy(m *v1alpha2.EtcdMember, c *v1alpha2.EtcdCluster) bool {
+	ref := metav1.GetControllerOf(m)
+	return ref != nil && ref.UID == c.UID
+}
+
+// loadPod reads the member's Pod from the cache, which holds only Pods
+// labelled as the operator's; when a Pod is expected but the cache has none,
+// the API server confirms, so that a Pod whose labels were edited is never
+// taken for a lost one.
+func (r *Reconciler) loadPod(ctx context.Context, m *v1alpha2.EtcdMember) (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
-	err = r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod)
+	key := client.ObjectKey{Namespace: m.Namespace, Name: m.Name}
+	err := r.Client.Get(ctx, key, pod)
+	if apierrors.IsNotFound(err) && m.Status.PodUID != "" {
+		err = r.APIReader.Get(ctx, key, pod)
+	}
 	switch {
 	case err == nil:
-		s.pod = pod
-	case !apierrors.IsNotFound(err):
+		return pod, nil
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	default:
 		return nil, fmt.Errorf("reading pod: %w", err)
 	}
-	return s, nil
 }
 
 // realize brings the Pod and PVC in line with the member.
 func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error) {
 	m := s.member
 	switch {
-	case s.cluster == nil:
-		// Orphaned: the cluster is gone and garbage collection follows.
+	case s.cluster == nil || s.cluster.DeletionTimestamp != nil:
+		// The cluster is going and garbage collection follows: nothing is
+		// created or restarted meanwhile.
 		return ctrl.Result{}, nil
 	case m.Spec.InitialCluster == "":
 		// etcd does not know this member yet: starting it would fail.
@@ -203,7 +243,7 @@ func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error)
 	case m.Spec.Dormant:
 		return r.sleep(ctx, s)
 	}
-	if podLost(s) {
+	if podLost(s) || r.claimLost(ctx, s) {
 		return ctrl.Result{}, nil
 	}
 	if ok, err := r.ensurePVC(ctx, s); err != nil || !ok {

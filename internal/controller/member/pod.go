@@ -33,6 +33,35 @@ func initialState(s *state) string {
 	return build.StateExisting
 }
 
+// claimLost marks a member whose claim is gone (deleted, or being deleted)
+// after it was made: its data went with it. Creating a new, empty claim
+// would restart the member under its old etcd identity with no raft log,
+// which can vote twice in a term; it is replaced as a new member instead.
+func (r *Reconciler) claimLost(ctx context.Context, s *state) bool {
+	m := s.member
+	if m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory {
+		return false
+	}
+	if m.Status.PVCName == "" && s.pod == nil && m.Status.MemberID == "" {
+		// Never had one: ensurePVC makes it.
+		return false
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	key := client.ObjectKey{Namespace: m.Namespace, Name: build.PVCName(m.Name)}
+	if err := r.Client.Get(ctx, key, pvc); err == nil && pvc.DeletionTimestamp == nil {
+		return false
+	}
+	// The cache holds only claims labelled as the operator's; confirm with
+	// the API server, so that an edited label never reads as a lost claim.
+	err := r.APIReader.Get(ctx, key, pvc)
+	if (err == nil && pvc.DeletionTimestamp == nil) || (err != nil && !apierrors.IsNotFound(err)) {
+		return false
+	}
+	markLost(s, conditions.ReasonDataDirLost, fmt.Sprintf("its PersistentVolumeClaim %s was deleted, and its data with it", build.PVCName(m.Name)))
+	set(s, conditions.Ready, false, conditions.ReasonDataDirLost, "The data volume is gone; the member will be replaced")
+	return true
+}
+
 // ensurePVC creates the member's claim and reports whether the Pod may be
 // created: a claim of a class that binds immediately must be bound first,
 // because a Pod with an unbound claim is rejected by the scheduler, which
@@ -114,20 +143,26 @@ func (r *Reconciler) missingSecrets(ctx context.Context, m *v1alpha2.EtcdMember)
 }
 
 // syncPod keeps the two things the operator changes on a running Pod: the
-// voter label the PodDisruptionBudget selects on, and the initial cluster
-// state the next container start reads.
+// voter label the client Service and the PodDisruptionBudget select on, and
+// the initial cluster state the next container start reads ("existing"
+// never goes back to "new").
 func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	pod, m := s.pod, s.member
 	labels := maps.Clone(pod.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	if m.Status.IsVoter {
+	// The operator finds its Pods by these labels: put back any edited away.
+	maps.Copy(labels, build.MemberLabels(m.Spec.ClusterName, m.Name))
+	if m.Status.IsVoter && m.DeletionTimestamp == nil {
 		labels[build.LabelRole] = build.RoleVoter
 	} else {
 		delete(labels, build.LabelRole)
 	}
 	state := initialState(s)
+	if pod.Annotations[build.AnnotationInitialClusterState] == build.StateExisting {
+		state = build.StateExisting
+	}
 	if maps.Equal(labels, pod.Labels) && pod.Annotations[build.AnnotationInitialClusterState] == state {
 		return nil
 	}
