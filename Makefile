@@ -17,6 +17,10 @@ GENERATED := api/v1alpha2/zz_generated.deepcopy.go charts/etcd-operator/crd-base
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE ?= ghcr.io/seed74754924/etcd-operator:$(VERSION)
 IMAGE_TAR := bin/etcd-operator-image.tar
+# The crash suite's operator: the same code with fault injection compiled in
+# (build tag faultinjection); never the image a user runs.
+FAULTS_IMAGE ?= $(firstword $(subst :, ,$(IMAGE))):faults-$(VERSION)
+FAULTS_IMAGE_TAR := bin/etcd-operator-faults-image.tar
 
 .PHONY: help
 help: ## Show the targets.
@@ -44,6 +48,11 @@ manager: ## Build the operator binary (static) into bin/manager.
 image: manager ## Build the operator's OCI image tarball (bin/etcd-operator-image.tar) without a container engine.
 	$(GO) run ./hack/image --binary bin/manager --ref $(IMAGE) --out $(IMAGE_TAR)
 
+.PHONY: image-faults
+image-faults: ## (tests) The operator image with fault injection, for the crash suite only.
+	$(GO) build -tags faultinjection -ldflags "-s -w -X main.version=$(VERSION)" -o bin/manager-faults ./cmd/etcd-operator
+	$(GO) run ./hack/image --binary bin/manager-faults --ref $(FAULTS_IMAGE) --out $(FAULTS_IMAGE_TAR)
+
 .PHONY: check-generate
 check-generate: ## Fail if the committed generated files are stale.
 	@before=$$(find $(GENERATED) -type f | sort | xargs sha256sum); \
@@ -58,6 +67,7 @@ check-generate: ## Fail if the committed generated files are stale.
 .PHONY: vet
 vet: ## go vet.
 	$(GO) vet ./...
+	$(GO) vet -tags faultinjection ./cmd/etcd-operator/
 
 .PHONY: lint
 lint: tools ## golangci-lint with the project's config.
@@ -100,11 +110,11 @@ test-sandbox: tools ## The sandbox's own end-to-end tests (needs root; starts it
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 15m ./test/sandbox/...
 
 .PHONY: test-e2e
-test-e2e: tools sandbox-bin image ## The operator's end-to-end suites on a sandbox of their own (needs root).
+test-e2e: tools sandbox-bin image image-faults ## The operator's end-to-end suites on a sandbox of their own (needs root).
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 40m -parallel 4 ./test/e2e/...
 
 .PHONY: bench
-bench: tools sandbox-bin image ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
+bench: tools sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
 
 .PHONY: test

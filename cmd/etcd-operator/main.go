@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +31,6 @@ import (
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/faults"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
@@ -81,42 +79,30 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 	}
-	restarts, err := faultRestarts()
-	if err != nil {
-		return err
-	}
 	m := metrics.New(crmetrics.Registry)
 	ctrl.Log.Info("Starting etcd-operator", "version", version, "watchNamespaces", opts.watchNamespaces)
-	for life := 1; ; life++ {
-		var fault *faults.Life
-		lifeCtx, end := context.WithCancel(ctx)
-		if life <= restarts {
-			fault = faults.NewLife(1, end)
-		}
-		err := runLife(lifeCtx, opts, scheme, m, fault)
-		end()
-		if !fault.Ended() || ctx.Err() != nil {
-			return err
-		}
-		ctrl.Log.Info("Fault injection ended this life after its first mutation; starting afresh", "life", life, "of", restarts)
-	}
+	return runLives(ctx, opts, scheme, m)
 }
 
-// faultRestarts reads the test-only fault injection setting.
-func faultRestarts() (int, error) {
-	v := os.Getenv(faults.EnvRestarts)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s=%q: want a number of restarts", faults.EnvRestarts, v)
-	}
-	return n, nil
+// lifeHooks wrap the clients of one manager life. The release build has
+// none; the test build (tag faultinjection) ends a life after a mutation.
+type lifeHooks interface {
+	Client(client.WithWatch) client.WithWatch
+	Dialer(etcd.Dialer) etcd.Dialer
+	// Injecting reports whether this life may end by injection, so the
+	// next registers the same controllers again.
+	Injecting() bool
 }
+
+// noHooks wraps nothing.
+type noHooks struct{}
+
+func (noHooks) Client(c client.WithWatch) client.WithWatch { return c }
+func (noHooks) Dialer(d etcd.Dialer) etcd.Dialer           { return d }
+func (noHooks) Injecting() bool                            { return false }
 
 // runLife runs one manager until ctx ends: fresh caches, fresh controllers.
-func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metrics.Metrics, fault *faults.Life) error {
+func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metrics.Metrics, hooks lifeHooks) error {
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
@@ -127,29 +113,29 @@ func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metri
 		Cache:                         cacheOptions(opts.watchNamespaces),
 		// Controller names are unique per process; a new life registers
 		// the same controllers again.
-		Controller: config.Controller{SkipNameValidation: ptr.To(fault != nil)},
+		Controller: config.Controller{SkipNameValidation: ptr.To(hooks.Injecting())},
 		NewClient: func(cfg *rest.Config, o client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(cfg, o)
 			if err != nil {
 				return nil, err
 			}
-			return fault.Client(c), nil
+			return hooks.Client(c), nil
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	if err := setup(ctx, mgr, opts, m, fault); err != nil {
+	if err := setup(ctx, mgr, opts, m, hooks); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
 }
 
-func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metrics, fault *faults.Life) error {
+func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metrics, hooks lifeHooks) error {
 	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	dial := fault.Dialer(etcd.Dial)
+	dial := hooks.Dialer(etcd.Dial)
 	cr := &clustercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m,

@@ -9,10 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -29,7 +33,10 @@ var (
 	k     client.Client
 	cs    kubernetes.Interface
 	image string // the operator image loaded into the sandbox
-	bin   string // the toolchain's bin directory (helm)
+	// faultsImage is the same operator built with fault injection, for the
+	// crash suite's own operator only.
+	faultsImage string
+	bin         string // the toolchain's bin directory (helm)
 )
 
 const (
@@ -114,8 +121,21 @@ func setUp(ctx context.Context, tmp string) error {
 		return fmt.Errorf("loading %s (run `make image`): %w", tarball, err)
 	}
 	image = refs[0]
+	faultsTar := filepath.Join(tools.RepoRoot(), "bin", "etcd-operator-faults-image.tar")
+	if refs, err = sb.LoadImage(ctx, faultsTar); err != nil {
+		return fmt.Errorf("loading %s (run `make image-faults`): %w", faultsTar, err)
+	}
+	faultsImage = refs[0]
 	// The main operator watches every suite's namespace but the crash
-	// suite's, which runs its own operator with fault injection.
+	// suite's, which runs its own operator with fault injection. Watching
+	// given namespaces, the chart grants its rights by a Role in each, so
+	// they exist first.
+	for _, name := range append(slices.Clone(suiteNamespaces), crashNS) {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := k.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
 	return installOperator(operatorRelease, operatorNS, true, nil, suiteNamespaces...)
 }
 
@@ -128,7 +148,12 @@ var suiteNamespaces = []string{
 // installOperator installs the chart as a release in ns. Only the first
 // release installs the CRDs; env adds variables to the manager.
 func installOperator(release, ns string, crds bool, env map[string]string, watch ...string) error {
-	repo, tag, _ := strings.Cut(image, ":")
+	return installOperatorImage(image, release, ns, crds, env, watch...)
+}
+
+// installOperatorImage installs the chart with the given operator image.
+func installOperatorImage(img, release, ns string, crds bool, env map[string]string, watch ...string) error {
+	repo, tag, _ := strings.Cut(img, ":")
 	args := []string{"upgrade", "--install", release, filepath.Join(tools.RepoRoot(), "charts", "etcd-operator"),
 		"--namespace", ns, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,

@@ -1,0 +1,205 @@
+package member
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+)
+
+// Table tests of the member controller's pure decisions.
+
+func testMember(mods ...func(*v1alpha2.EtcdMember)) *v1alpha2.EtcdMember {
+	m := &v1alpha2.EtcdMember{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-a", Namespace: "ns", UID: "m-uid"},
+		Spec:       v1alpha2.EtcdMemberSpec{ClusterName: "db", Version: "3.6.16", InitialCluster: "db-a=http://db-a.db.ns.svc:2380"},
+	}
+	for _, mod := range mods {
+		mod(m)
+	}
+	return m
+}
+
+func testState(m *v1alpha2.EtcdMember, clusterID string, pod *corev1.Pod) *state {
+	c := &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "c-uid"}}
+	c.Status.ClusterID = clusterID
+	return &state{member: m, original: m.DeepCopy(), cluster: c, pod: pod, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func TestInitialState(t *testing.T) {
+	seed := func(m *v1alpha2.EtcdMember) { m.Spec.Bootstrap = true }
+	withID := func(m *v1alpha2.EtcdMember) { m.Status.MemberID = "00000000000000aa" }
+	cases := []struct {
+		name      string
+		member    *v1alpha2.EtcdMember
+		clusterID string
+		want      string
+	}{
+		{"seed of a cluster that never formed", testMember(seed), "", build.StateNew},
+		{"seed of a formed cluster (its data dir may be lost)", testMember(seed), "00000000000000c1", build.StateExisting},
+		{"seed whose etcd reported an ID", testMember(seed, withID), "", build.StateExisting},
+		{"a joining member", testMember(), "", build.StateExisting},
+		{"a joining member of a formed cluster", testMember(), "00000000000000c1", build.StateExisting},
+	}
+	for _, c := range cases {
+		if got := initialState(testState(c.member, c.clusterID, nil)); got != c.want {
+			t.Errorf("%s: initial state %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func terminated(current, last string) *corev1.Pod {
+	cs := corev1.ContainerStatus{Name: build.EtcdContainer}
+	if current != "" {
+		cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 2, Message: current}
+	} else {
+		cs.State.Running = &corev1.ContainerStateRunning{}
+	}
+	if last != "" {
+		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 2, Message: last}
+	}
+	return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{cs}}}
+}
+
+func TestLostDataMessage(t *testing.T) {
+	lostLog := `{"level":"panic","msg":"tocommit(42) is out of range [lastIndex(0)]. Was the raft log corrupted, truncated, or lost?"}`
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		lost bool
+	}{
+		{"exited on a lost raft log", terminated(lostLog, ""), true},
+		{"waiting to restart after a lost raft log", func() *corev1.Pod {
+			p := terminated("", lostLog)
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+			return p
+		}(), true},
+		{"removed from the cluster", terminated("the member has been permanently removed from the cluster", ""), true},
+		{"running again after a lost raft log once", terminated("", lostLog), false},
+		{"exited for another reason", terminated("listen tcp :2379: bind: address already in use", ""), false},
+		{"no container status", &corev1.Pod{}, false},
+	}
+	for _, c := range cases {
+		if got := lostDataMessage(c.pod) != ""; got != c.lost {
+			t.Errorf("%s: lost=%t, want %t", c.name, got, c.lost)
+		}
+	}
+}
+
+func TestPodLostOnlyForMemoryMembers(t *testing.T) {
+	memory := func(m *v1alpha2.EtcdMember) {
+		m.Spec.Storage.Medium = v1alpha2.StorageMediumMemory
+		m.Status.PodUID = "pod-1"
+	}
+	pod := func(uid string) *corev1.Pod { return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}} }
+	cases := []struct {
+		name   string
+		member *v1alpha2.EtcdMember
+		pod    *corev1.Pod
+		lost   bool
+	}{
+		{"memory member, its Pod gone", testMember(memory), nil, true},
+		{"memory member, another Pod of its name", testMember(memory), pod("pod-2"), true},
+		{"memory member, its own Pod", testMember(memory), pod("pod-1"), false},
+		{"memory member that never had a Pod", testMember(func(m *v1alpha2.EtcdMember) { m.Spec.Storage.Medium = v1alpha2.StorageMediumMemory }), nil, false},
+		{"PVC member, its Pod gone", testMember(func(m *v1alpha2.EtcdMember) { m.Status.PodUID = "pod-1" }), nil, false},
+	}
+	for _, c := range cases {
+		s := testState(c.member, "00000000000000c1", c.pod)
+		if got := podLost(s); got != c.lost || conditions.IsTrue(s.member.Status.Conditions, conditions.Lost) != c.lost {
+			t.Errorf("%s: lost=%t, want %t", c.name, got, c.lost)
+		}
+	}
+}
+
+func TestClaimLost(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha2.AddToScheme(scheme)
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: build.PVCName("db-a")}}
+	ran := func(m *v1alpha2.EtcdMember) {
+		m.Status.PVCName, m.Status.MemberID = build.PVCName("db-a"), "00000000000000aa"
+	}
+	cases := []struct {
+		name   string
+		member *v1alpha2.EtcdMember
+		claim  bool
+		lost   bool
+	}{
+		{"a member that ran, its claim there", testMember(ran), true, false},
+		{"a member that ran, its claim gone", testMember(ran), false, true},
+		{"a member that never had a claim", testMember(), false, false},
+		{"a memory member", testMember(ran, func(m *v1alpha2.EtcdMember) { m.Spec.Storage.Medium = v1alpha2.StorageMediumMemory }), false, false},
+	}
+	for _, c := range cases {
+		b := fake.NewClientBuilder().WithScheme(scheme)
+		if c.claim {
+			b = b.WithObjects(claim.DeepCopy())
+		}
+		cl := b.Build()
+		r := &Reconciler{Client: cl, APIReader: cl}
+		s := testState(c.member, "00000000000000c1", nil)
+		if got := r.claimLost(context.Background(), s); got != c.lost {
+			t.Errorf("%s: lost=%t, want %t", c.name, got, c.lost)
+		}
+		if c.lost {
+			lost := conditions.Get(s.member.Status.Conditions, conditions.Lost)
+			if lost == nil || lost.Reason != conditions.ReasonDataDirLost || !strings.Contains(lost.Message, claim.Name) {
+				t.Errorf("%s: Lost condition %+v", c.name, lost)
+			}
+		}
+	}
+}
+
+func TestPodProblem(t *testing.T) {
+	now := metav1.Now()
+	cases := []struct {
+		pod  *corev1.Pod
+		want string
+	}{
+		{&corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}}, "terminating"},
+		{&corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "no such image"}}}}}}, "ImagePullBackOff"},
+		{&corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Message: "0/3 nodes are available"}}}}, "cannot be scheduled: 0/3 nodes"},
+		{&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, "Running and not ready"},
+	}
+	for _, c := range cases {
+		if got := podProblem(c.pod); !strings.Contains(got, c.want) {
+			t.Errorf("podProblem = %q, want it to say %q", got, c.want)
+		}
+	}
+}
+
+func TestVersionDrift(t *testing.T) {
+	cases := []struct {
+		spec, running string
+		drifted       *bool
+	}{
+		{"3.6.16", "3.6.16", new(false)},
+		{"3.6.16", "3.5.35", new(true)},
+		{"3.6.16", "", nil},
+	}
+	for _, c := range cases {
+		s := testState(testMember(func(m *v1alpha2.EtcdMember) { m.Spec.Version, m.Status.Version = c.spec, c.running }), "", nil)
+		setVersionDrift(s)
+		got := conditions.Get(s.member.Status.Conditions, conditions.VersionDrifted)
+		switch {
+		case c.drifted == nil && got != nil:
+			t.Errorf("%s/%s: condition set without a running version: %+v", c.spec, c.running, got)
+		case c.drifted != nil && (got == nil || (got.Status == metav1.ConditionTrue) != *c.drifted):
+			t.Errorf("%s/%s: VersionDrifted = %+v, want %t", c.spec, c.running, got, *c.drifted)
+		}
+	}
+}
