@@ -20,8 +20,9 @@ func TestBootstrap(t *testing.T) {
 			newCluster(t, ns, name, n)
 			w := startWriter(t, ns, name)
 			waitReconciled(t, ns, name, int(n), 3*time.Minute)
+			w.mark("formed")
 			checkBootstrapped(t, ns, name, int(n))
-			w.verify(10)
+			w.verify("formed")
 		})
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,8 +23,10 @@ func TestDataDirLossReplaced(t *testing.T) {
 	id := getCluster(t, ns, name).Status.ClusterID
 	w := startWriter(t, ns, name)
 	eventually(t, time.Minute, "some writes", func() (bool, string) { return w.count() > 20, "" })
-	for _, victim := range []string{members(t, ns, name)[2].Name, seedOf(t, ns, name).Name} {
+	for i, victim := range []string{members(t, ns, name)[2].Name, seedOf(t, ns, name).Name} {
 		ctx := context.Background()
+		lost, back := fmt.Sprintf("lost %d", i), fmt.Sprintf("replaced %d", i)
+		w.mark(lost)
 		if err := sb.Wipe(ctx, ns, build.PVCName(victim)); err != nil {
 			t.Fatal(err)
 		}
@@ -32,9 +35,12 @@ func TestDataDirLossReplaced(t *testing.T) {
 		}
 		waitReplaced(t, ns, name, victim, 3, 3*time.Minute)
 		waitReconciled(t, ns, name, 3, 3*time.Minute)
+		w.mark(back)
+		w.requireWritesBetween(lost, back, 1)
+		t.Logf("%s: longest write stall %s", victim, w.longestStall(lost, back).Round(time.Millisecond))
 	}
 	if got := getCluster(t, ns, name).Status.ClusterID; got != id {
 		t.Errorf("cluster ID changed from %s to %s: the seed bootstrapped a new cluster", id, got)
 	}
-	w.verify(20)
+	w.verify("replaced 1")
 }

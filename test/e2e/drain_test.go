@@ -27,6 +27,7 @@ func TestDrainKeepsQuorum(t *testing.T) {
 	var fewest atomic.Int32
 	fewest.Store(3)
 	stop := watchReadyVoters(t, ns, name, &fewest)
+	w.mark("draining")
 	for _, m := range members(t, ns, name) {
 		node := pods(t, ns, name)[m.Name].Spec.NodeName
 		out, err := kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=4m",
@@ -40,6 +41,10 @@ func TestDrainKeepsQuorum(t *testing.T) {
 		}
 	}
 	stop()
+	w.mark("drained")
+	// The budget keeps a quorum through every drain: writes go on.
+	w.requireWritesBetween("draining", "drained", 1)
+	t.Logf("drains: longest write stall %s", w.longestStall("draining", "drained").Round(time.Millisecond))
 	if n := fewest.Load(); n < 2 {
 		t.Errorf("only %d voters were ready at one point during the drains; a quorum of 3 is 2", n)
 	}
@@ -48,7 +53,7 @@ func TestDrainKeepsQuorum(t *testing.T) {
 			t.Errorf("member %s changed identity during the drain (%s → %s)", m.Name, ids[m.Name], m.Status.MemberID)
 		}
 	}
-	w.verify(20)
+	w.verify("drained")
 }
 
 // watchReadyVoters records the fewest ready voter Pods seen until stopped.

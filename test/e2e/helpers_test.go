@@ -155,7 +155,7 @@ func condString(c *metav1.Condition) string {
 // voters: no stray member, no member missing.
 func etcdMatchesMembers(t *testing.T, ns, name string) error {
 	t.Helper()
-	list, err := etcdMemberList(t, ns, name)
+	list, err := etcdMemberList(ns, name)
 	if err != nil {
 		return err
 	}

@@ -57,6 +57,7 @@ func TestNodeLossReplacesMember(t *testing.T) {
 	victim := members(t, ns, name)[1].Name
 	node := pods(t, ns, name)[victim].Spec.NodeName
 	ctx := context.Background()
+	w.mark("node stopped")
 	if err := sb.StopNode(ctx, node); err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +69,9 @@ func TestNodeLossReplacesMember(t *testing.T) {
 	})
 	waitReplaced(t, ns, name, victim, 3, 4*time.Minute)
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	w.mark("replaced")
+	w.requireWritesBetween("node stopped", "replaced", 1)
+	t.Logf("node loss: longest write stall %s", w.longestStall("node stopped", "replaced").Round(time.Millisecond))
 	if err := sb.StartNode(ctx, node); err != nil {
 		t.Fatal(err)
 	}
@@ -80,5 +84,5 @@ func TestNodeLossReplacesMember(t *testing.T) {
 		t.Errorf("cluster ID changed from %s to %s", id, got)
 	}
 	waitReconciled(t, ns, name, 3, time.Minute)
-	w.verify(20)
+	w.verify("replaced")
 }

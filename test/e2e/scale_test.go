@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -20,8 +21,14 @@ func TestScale(t *testing.T) {
 	var atFive []string
 	for _, n := range []int32{3, 5, 3, 1} {
 		before := memberNames(members(t, ns, name))
+		step := fmt.Sprintf("scale to %d", n)
+		w.mark(step)
 		setReplicas(t, ns, name, n)
 		waitReconciled(t, ns, name, int(n), 3*time.Minute)
+		w.mark(step + " done")
+		// Quorum holds through every step: writes go on.
+		w.requireWritesBetween(step, step+" done", 1)
+		t.Logf("%s: longest write stall %s", step, w.longestStall(step, step+" done").Round(time.Millisecond))
 		after := memberNames(members(t, ns, name))
 		if n == 5 {
 			atFive = after
@@ -36,5 +43,5 @@ func TestScale(t *testing.T) {
 	if len(atFive) != 5 {
 		t.Errorf("members at 5: %v", atFive)
 	}
-	w.verify(20)
+	w.verify("scale to 1 done")
 }

@@ -40,6 +40,7 @@ func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
 		t.Errorf("right after the edit the target is %d, want the latched 5", got)
 	}
 	waitReconciled(t, ns, name, 3, 4*time.Minute)
+	w.mark("reconciled")
 	stop()
 	if most.Load() < 5 {
 		t.Errorf("the cluster went to 3 without reaching the latched 5 first (at most %d members)", most.Load())
@@ -49,7 +50,7 @@ func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
 	eventually(t, 30*time.Second, "4 promotions before the edit was adopted", func() (bool, string) {
 		return promotedBeforeAdopting(t, ns, name, "3 members")
 	})
-	w.verify(20)
+	w.verify("reconciled")
 }
 
 // watchMembers records the most EtcdMembers seen until stopped. A member
@@ -125,9 +126,13 @@ func TestImpossibleTargetThenFixed(t *testing.T) {
 	if a := conditions.Get(getCluster(t, ns, name).Status.Conditions, conditions.Available); a == nil || a.Status != "True" {
 		t.Errorf("the cluster should stay available on its voter: %s", condString(a))
 	}
+	w.mark("stuck")
 	patchCluster(t, ns, name, func(c *v1alpha2.EtcdCluster) { c.Spec.Affinity = nil })
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
-	w.verify(20)
+	w.mark("fixed")
+	// The voter kept serving while the target was out of reach.
+	w.requireWritesBetween("", "stuck", 1)
+	w.verify("fixed")
 }
 
 func patchCluster(t *testing.T, ns, name string, edit func(*v1alpha2.EtcdCluster)) {

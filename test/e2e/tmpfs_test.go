@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,15 +28,21 @@ func TestTmpfsMemberReplaced(t *testing.T) {
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
 	id := getCluster(t, ns, name).Status.ClusterID
 	w := startWriter(t, ns, name)
-	for _, victim := range []string{members(t, ns, name)[2].Name, seedOf(t, ns, name).Name} {
+	for i, victim := range []string{members(t, ns, name)[2].Name, seedOf(t, ns, name).Name} {
+		lost, back := fmt.Sprintf("lost %d", i), fmt.Sprintf("replaced %d", i)
+		w.mark(lost)
 		deletePod(t, ns, victim)
 		waitReplaced(t, ns, name, victim, 3, 3*time.Minute)
 		waitReconciled(t, ns, name, 3, 3*time.Minute)
+		w.mark(back)
+		// Two of three voters stay: writes go on throughout.
+		w.requireWritesBetween(lost, back, 1)
+		t.Logf("%s: longest write stall %s", victim, w.longestStall(lost, back).Round(time.Millisecond))
 	}
 	if got := getCluster(t, ns, name).Status.ClusterID; got != id {
 		t.Errorf("cluster ID changed from %s to %s", id, got)
 	}
-	w.verify(20)
+	w.verify("replaced 1")
 }
 
 func deletePod(t *testing.T, ns, name string) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -13,28 +14,41 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 // writer writes keys to a cluster without pause while a scenario runs, and
-// remembers every write etcd acknowledged. At the end each of them must be
-// there: a scenario may make writes fail, never lose one that succeeded.
+// remembers when etcd acknowledged each. A scenario may make writes fail;
+// it must never lose one that succeeded, and writes must succeed again after
+// the disruption (and during it, where quorum holds). The writer reports the
+// longest stall: the longest time without an acknowledged write.
+//
+// The writer's goroutine never touches the test: it only records, and the
+// test reads what it recorded.
 type writer struct {
 	t       *testing.T
 	ns      string
 	cluster string
 
-	mu     sync.Mutex
-	acked  map[string]string
-	failed int
-	stop   chan struct{}
-	done   chan struct{}
+	mu      sync.Mutex
+	acked   map[string]string
+	ackedAt []time.Time
+	failed  int
+	lastErr error
+	marks   map[string]time.Time
+	stop    chan struct{}
+	done    chan struct{}
+	start   time.Time
 }
 
 func startWriter(t *testing.T, ns, cluster string) *writer {
 	t.Helper()
-	w := &writer{t: t, ns: ns, cluster: cluster, acked: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &writer{t: t, ns: ns, cluster: cluster, acked: map[string]string{}, marks: map[string]time.Time{},
+		stop: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
 	go w.run()
 	t.Cleanup(w.halt)
 	return w
@@ -78,15 +92,15 @@ func (w *writer) run() {
 
 // reconnect points the client at the cluster's current Pods.
 func (w *writer) reconnect(c *clientv3.Client) *clientv3.Client {
-	eps := podEndpoints(w.t, w.ns, w.cluster)
-	if len(eps) == 0 {
+	eps, err := podEndpoints(w.ns, w.cluster)
+	if err != nil || len(eps) == 0 {
 		return c
 	}
 	if c != nil {
 		c.SetEndpoints(eps...)
 		return c
 	}
-	nc, err := clusterClient(w.t, w.ns, w.cluster)
+	nc, err := dialCluster(w.ns, w.cluster, eps)
 	if err != nil {
 		return nil
 	}
@@ -102,28 +116,125 @@ func (w *writer) put(c *clientv3.Client, seq int) {
 	defer w.mu.Unlock()
 	if err != nil {
 		w.failed++
+		w.lastErr = err
 		return
 	}
 	w.acked[key] = value
+	w.ackedAt = append(w.ackedAt, time.Now())
 }
 
-// verify stops the writer and checks that every acknowledged write is in the
-// cluster now, and that there were some.
-func (w *writer) verify(minAcked int) {
-	w.t.Helper()
-	w.halt()
+// mark remembers the moment a phase of the scenario begins ("disrupted",
+// "recovered", ...).
+func (w *writer) mark(name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.acked) < minAcked {
-		w.t.Fatalf("only %d writes were acknowledged (%d failed); the scenario did not run under load", len(w.acked), w.failed)
+	w.marks[name] = time.Now()
+}
+
+// ackedBetween counts the writes acknowledged between two marks ("" is the
+// start of the writer, or now).
+func (w *writer) ackedBetween(from, to string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lo, hi := w.markTime(from, w.start), w.markTime(to, time.Now())
+	n := 0
+	for _, at := range w.ackedAt {
+		if !at.Before(lo) && at.Before(hi) {
+			n++
+		}
 	}
-	c, err := clusterClient(w.t, w.ns, w.cluster)
-	if err != nil {
-		w.t.Fatalf("connecting to verify writes: %v", err)
+	return n
+}
+
+func (w *writer) markTime(name string, otherwise time.Time) time.Time {
+	if at, ok := w.marks[name]; ok {
+		return at
 	}
-	defer func() { _ = c.Close() }()
+	return otherwise
+}
+
+// requireWritesAfter waits until at least n writes were acknowledged after
+// the mark: the cluster serves writes again.
+func (w *writer) requireWritesAfter(mark string, n int, timeout time.Duration) {
+	w.t.Helper()
+	eventually(w.t, timeout, fmt.Sprintf("%d acknowledged writes after %q", n, mark), func() (bool, string) {
+		got := w.ackedBetween(mark, "")
+		w.mu.Lock()
+		last := w.lastErr
+		w.mu.Unlock()
+		return got >= n, fmt.Sprintf("%d so far; last error: %v", got, last)
+	})
+}
+
+// requireWritesBetween checks that writes were acknowledged while a
+// disruption lasted, for scenarios where quorum holds throughout.
+func (w *writer) requireWritesBetween(from, to string, n int) {
+	w.t.Helper()
+	if got := w.ackedBetween(from, to); got < n {
+		w.t.Errorf("only %d writes were acknowledged between %q and %q, want %d: quorum held, writes should go on", got, from, to, n)
+	}
+}
+
+// longestStall is the longest time without an acknowledged write between
+// two marks ("" is the start of the writer, or now).
+func (w *writer) longestStall(from, to string) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lo, hi := w.markTime(from, w.start), w.markTime(to, time.Now())
+	prev, longest := lo, time.Duration(0)
+	for _, at := range w.ackedAt {
+		if at.Before(lo) || !at.Before(hi) {
+			continue
+		}
+		longest = max(longest, at.Sub(prev))
+		prev = at
+	}
+	return max(longest, hi.Sub(prev))
+}
+
+// verify stops the writer, checks that every acknowledged write is in the
+// cluster now and that writes were acknowledged after the mark (the end of
+// the disruption; "" when the scenario has none), and reports the longest
+// stall.
+func (w *writer) verify(after string) {
+	w.t.Helper()
+	if after != "" {
+		w.requireWritesAfter(after, 10, 2*time.Minute)
+	}
+	w.halt()
+	stall := w.longestStall("", "")
+	w.mu.Lock()
+	acked, failed, lastErr := maps.Clone(w.acked), w.failed, w.lastErr
+	w.mu.Unlock()
+	if len(acked) == 0 {
+		w.t.Fatalf("no write was acknowledged (%d failed, last error %v)", failed, lastErr)
+	}
+	have := w.readBack()
+	lost := 0
+	for key, value := range acked {
+		if have[key] != value {
+			lost++
+			if lost <= 5 {
+				w.t.Errorf("acknowledged write lost: %s=%s (have %q)", key, value, have[key])
+			}
+		}
+	}
+	if lost > 0 {
+		w.t.Errorf("%d of %d acknowledged writes lost", lost, len(acked))
+	}
+	w.t.Logf("writer: %d writes acknowledged and all present, %d failed; longest stall %s", len(acked), failed, stall.Round(time.Millisecond))
+}
+
+// readBack reads every key the writer wrote.
+func (w *writer) readBack() map[string]string {
+	w.t.Helper()
 	var resp *clientv3.GetResponse
 	eventually(w.t, time.Minute, "reading back the writes", func() (bool, string) {
+		c, err := clusterClient(w.ns, w.cluster)
+		if err != nil {
+			return false, err.Error()
+		}
+		defer func() { _ = c.Close() }()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		resp, err = c.Get(ctx, "e2e/"+w.cluster+"/", clientv3.WithPrefix())
@@ -133,59 +244,83 @@ func (w *writer) verify(minAcked int) {
 	for _, kv := range resp.Kvs {
 		have[string(kv.Key)] = string(kv.Value)
 	}
-	lost := 0
-	for key, value := range w.acked {
-		if have[key] != value {
-			lost++
-			if lost <= 5 {
-				w.t.Errorf("acknowledged write lost: %s=%s (have %q)", key, value, have[key])
-			}
-		}
-	}
-	if lost > 0 {
-		w.t.Errorf("%d of %d acknowledged writes lost", lost, len(w.acked))
-	}
-	w.t.Logf("writer: %d writes acknowledged and all present, %d failed during the scenario", len(w.acked), w.failed)
+	return have
+}
+
+// count is the number of acknowledged writes so far.
+func (w *writer) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
 }
 
 // clientTLS holds the client TLS configuration of clusters that use TLS,
 // by namespace/name; the suites of such clusters register it.
 var clientTLS sync.Map
 
+// clusterPods lists the cluster's Pods without a test handle, for the
+// writer's goroutine.
+func clusterPods(ns, cluster string) (map[string]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+		return nil, err
+	}
+	out := map[string]corev1.Pod{}
+	for _, p := range list.Items {
+		out[p.Name] = p
+	}
+	return out, nil
+}
+
 // podEndpoints are the client URLs of the cluster's running Pods, by their
-// DNS names (TLS verifies those); clusterClient dials them at the Pods' IPs,
-// as the test runs on the host, which has no cluster DNS.
-func podEndpoints(t *testing.T, ns, cluster string) []string {
+// DNS names (TLS verifies those); dialCluster dials them at the Pods' IPs,
+// as the test runs on the host, outside cluster DNS.
+func podEndpoints(ns, cluster string) ([]string, error) {
 	scheme := "http"
 	if _, ok := clientTLS.Load(ns + "/" + cluster); ok {
 		scheme = "https"
 	}
+	pods, err := clusterPods(ns, cluster)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, p := range pods(t, ns, cluster) {
+	for _, p := range pods {
 		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
 			out = append(out, fmt.Sprintf("%s://%s.%s.%s.svc:2379", scheme, p.Name, cluster, ns))
 		}
 	}
-	return out
+	return out, nil
 }
 
 // podAddress maps a member's DNS name to its Pod's IP, looked up at dial time.
-func podAddress(t *testing.T, ns, cluster string) func(string) (string, bool) {
+func podAddress(ns, cluster string) func(string) (string, bool) {
 	return func(host string) (string, bool) {
 		name, _, _ := strings.Cut(host, ".")
-		p, ok := pods(t, ns, cluster)[name]
+		pods, err := clusterPods(ns, cluster)
+		if err != nil {
+			return "", false
+		}
+		p, ok := pods[name]
 		return p.Status.PodIP, ok && p.Status.PodIP != ""
 	}
 }
 
 // clusterClient connects to the cluster's Pods, with its TLS if it has one.
-func clusterClient(t *testing.T, ns, cluster string) (*clientv3.Client, error) {
-	eps := podEndpoints(t, ns, cluster)
+func clusterClient(ns, cluster string) (*clientv3.Client, error) {
+	eps, err := podEndpoints(ns, cluster)
+	if err != nil {
+		return nil, err
+	}
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("no pods")
 	}
+	return dialCluster(ns, cluster, eps)
+}
+
+func dialCluster(ns, cluster string, eps []string) (*clientv3.Client, error) {
 	cfg := clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(etcd.ResolvingDialer(podAddress(t, ns, cluster)))}}
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(etcd.ResolvingDialer(podAddress(ns, cluster)))}}
 	if v, ok := clientTLS.Load(ns + "/" + cluster); ok {
 		cfg.TLS = v.(*tls.Config)
 	}
@@ -193,8 +328,8 @@ func clusterClient(t *testing.T, ns, cluster string) (*clientv3.Client, error) {
 }
 
 // etcdMemberList asks the cluster for its membership.
-func etcdMemberList(t *testing.T, ns, cluster string) ([]*etcdserverpb.Member, error) {
-	c, err := clusterClient(t, ns, cluster)
+func etcdMemberList(ns, cluster string) ([]*etcdserverpb.Member, error) {
+	c, err := clusterClient(ns, cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -206,11 +341,4 @@ func etcdMemberList(t *testing.T, ns, cluster string) ([]*etcdserverpb.Member, e
 		return nil, err
 	}
 	return resp.Members, nil
-}
-
-// count is the number of acknowledged writes so far.
-func (w *writer) count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.acked)
 }
