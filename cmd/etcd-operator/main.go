@@ -119,7 +119,7 @@ func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metri
 			if err != nil {
 				return nil, err
 			}
-			return hooks.Client(c), nil
+			return hooks.Client(m.Requests.Client(c)), nil
 		},
 	})
 	if err != nil {
@@ -136,15 +136,16 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 		return err
 	}
 	dial := hooks.Dialer(etcd.Dial)
+	reader := m.Requests.Reader(mgr.GetAPIReader(), mgr.GetScheme())
 	cr := &clustercontroller.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m,
 	}
 	if err := cr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdCluster controller: %w", err)
 	}
 	mr := &membercontroller.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, EtcdRepository: opts.etcdRepository,
 	}
 	if err := mr.SetupWithManager(mgr); err != nil {

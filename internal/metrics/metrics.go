@@ -16,6 +16,8 @@ import (
 type Metrics struct {
 	desired, ready, voters, learners, leader *prometheus.GaugeVec
 	operations, reconcileErrors              *prometheus.CounterVec
+	// Requests counts the controllers' own API requests.
+	Requests *Requests
 }
 
 var clusterLabels = []string{"namespace", "cluster"}
@@ -27,7 +29,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m := &Metrics{
 		desired:  gauge("cluster_desired_members", "Members the latched target asks for."),
-		ready:    gauge("cluster_ready_members", "Running members whose Ready condition is True."),
+		ready:    gauge("cluster_ready_members", "Running voters whose Ready condition is True."),
 		voters:   gauge("cluster_voters", "Voting members, as etcd lists them (or as recorded when etcd was not asked)."),
 		learners: gauge("cluster_learners", "Learner members etcd lists."),
 		leader:   gauge("cluster_has_leader", "1 while a quorum of members passes etcd's /health check, which fails without a leader; else 0."),
@@ -40,6 +42,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, clusterLabels),
 	}
 	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors)
+	m.Requests = NewRequests(reg)
 	return m
 }
 
