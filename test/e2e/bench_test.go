@@ -404,6 +404,25 @@ func operatorMetrics(t *testing.T) sample {
 	return s
 }
 
+// stallSinceFirstWrite is the longest stall from the first acknowledged
+// write to the mark (for a cluster being created: its growth).
+func (w *writer) stallSinceFirstWrite(to string) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.ackedAt) == 0 {
+		return 0
+	}
+	hi, prev, longest := w.markTime(to, time.Now()), w.ackedAt[0], time.Duration(0)
+	for _, at := range w.ackedAt[1:] {
+		if !at.Before(hi) {
+			break
+		}
+		longest = max(longest, at.Sub(prev))
+		prev = at
+	}
+	return max(longest, hi.Sub(prev))
+}
+
 // measureFor lets a measuring window pass: the bench counts what happens
 // during it; nothing waits for a condition.
 func measureFor(d time.Duration) { <-time.After(d) }

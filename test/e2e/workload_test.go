@@ -192,25 +192,6 @@ func (w *writer) longestStall(from, to string) time.Duration {
 	return max(longest, hi.Sub(prev))
 }
 
-// stallSinceFirstWrite is the longest stall from the first acknowledged
-// write to the mark (for a cluster being created: its growth).
-func (w *writer) stallSinceFirstWrite(to string) time.Duration {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.ackedAt) == 0 {
-		return 0
-	}
-	hi, prev, longest := w.markTime(to, time.Now()), w.ackedAt[0], time.Duration(0)
-	for _, at := range w.ackedAt[1:] {
-		if !at.Before(hi) {
-			break
-		}
-		longest = max(longest, at.Sub(prev))
-		prev = at
-	}
-	return max(longest, hi.Sub(prev))
-}
-
 // verify stops the writer, checks that every acknowledged write is in the
 // cluster now and that writes were acknowledged after the mark (the end of
 // the disruption; "" when the scenario has none), and reports the longest
