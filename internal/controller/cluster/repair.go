@@ -18,6 +18,11 @@ import (
 // learners first, then voters whose removal keeps quorum. Its removal from
 // etcd follows (removeLeaving), and scaling adds a fresh member in its place.
 func (r *Reconciler) retireLost(ctx context.Context, w *world) (*ctrl.Result, error) {
+	if m := removedOutside(w); m != nil {
+		w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which etcd no longer lists", m.Name))
+		return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
+			fmt.Sprintf("Removing member %s to replace it: etcd no longer lists it (it was removed from etcd outside the operator) and it can never rejoin as itself", m.Name))
+	}
 	for _, m := range lostFirstLearners(w) {
 		if em := w.etcdMemberOf(m); em != nil && !em.IsLearner {
 			if d := quorum.Remove(w.voters(), m.Name); !d.OK {
@@ -31,6 +36,18 @@ func (r *Reconciler) retireLost(ctx context.Context, w *world) (*ctrl.Result, er
 			fmt.Sprintf("Removing lost member %s to replace it (%s: %s)", m.Name, why.Reason, why.Message))
 	}
 	return nil, nil
+}
+
+// removedOutside finds a running member that joined etcd (it has its
+// initialCluster) but that etcd no longer lists: someone removed it with
+// etcdctl, say. etcd refuses it for good; it is replaced like a lost member.
+func removedOutside(w *world) *v1alpha2.EtcdMember {
+	for _, m := range w.running() {
+		if m.Spec.InitialCluster != "" && w.etcdMemberOf(m) == nil {
+			return m
+		}
+	}
+	return nil
 }
 
 // lostFirstLearners lists the running lost members, those etcd does not count

@@ -14,6 +14,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
@@ -218,4 +219,25 @@ func TestImpossibleTargetExceedsTheDeadlineAndASpecEditFixesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.run("fixed", h.converged("c", 3))
+}
+
+// A member removed from etcd behind the operator's back (etcdctl member
+// remove) can never rejoin as itself: it is replaced.
+func TestMemberRemovedOutsideIsReplaced(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	victim := h.members("c")[2]
+	id, _ := etcd.ParseID(victim.Status.MemberID)
+	c, err := h.etcd.Dialer()(context.Background(), etcd.Config{Endpoints: []string{build.ClientURL(&h.members("c")[0])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.steps(6) // etcd wants its voters connected for a while before it removes one
+	if err := c.MemberRemove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	h.run("replaced", func() bool {
+		return !slices.ContainsFunc(h.members("c"), func(m v1alpha2.EtcdMember) bool { return m.Name == victim.Name }) && h.converged("c", 3)()
+	})
 }
