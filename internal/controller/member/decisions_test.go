@@ -7,10 +7,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -200,6 +204,49 @@ func TestVersionDrift(t *testing.T) {
 			t.Errorf("%s/%s: condition set without a running version: %+v", c.spec, c.running, got)
 		case c.drifted != nil && (got == nil || (got.Status == metav1.ConditionTrue) != *c.drifted):
 			t.Errorf("%s/%s: VersionDrifted = %+v, want %t", c.spec, c.running, got, *c.drifted)
+		}
+	}
+}
+
+func TestFinalizerReleasedWhenNothingIsLeftToKeep(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha2.AddToScheme(scheme)
+	now := metav1.Now()
+	cases := []struct {
+		name        string
+		clusterGone bool
+		nsGoing     bool
+		released    bool
+	}{
+		{"cluster there, namespace there: the cluster controller removes it from etcd", false, false, false},
+		{"cluster gone", true, false, true},
+		{"namespace being deleted", false, true, true},
+	}
+	for _, c := range cases {
+		m := testMember(func(m *v1alpha2.EtcdMember) {
+			m.Finalizers = []string{build.MemberFinalizer}
+			m.DeletionTimestamp = &now
+			m.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha2.GroupVersion.String(), Kind: "EtcdCluster", Name: "db", UID: "c-uid", Controller: new(true)}}
+		})
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}
+		if c.nsGoing {
+			ns.DeletionTimestamp, ns.Finalizers = &now, []string{"kubernetes"}
+		}
+		objs := []client.Object{m, ns}
+		if !c.clusterGone {
+			objs = append(objs, &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "c-uid"}})
+		}
+		cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(m).Build()
+		r := &Reconciler{Client: cl, APIReader: cl, Clock: clock.RealClock{}}
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(m)}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		after := &v1alpha2.EtcdMember{}
+		err := cl.Get(context.Background(), client.ObjectKeyFromObject(m), after)
+		released := apierrors.IsNotFound(err) || (err == nil && len(after.Finalizers) == 0)
+		if released != c.released {
+			t.Errorf("%s: finalizer released=%t, want %t", c.name, released, c.released)
 		}
 	}
 }
