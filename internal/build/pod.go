@@ -49,7 +49,7 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 			Name:      m.Name,
 			Namespace: m.Namespace,
 			Labels:    WithExtra(podLabels(m), ExtraLabels(m.Spec.AdditionalMetadata)),
-			Annotations: WithExtra(map[string]string{AnnotationInitialClusterState: state},
+			Annotations: WithExtra(map[string]string{AnnotationInitialClusterState: state, AnnotationTemplateHash: TemplateHash(m)},
 				ExtraAnnotations(m.Spec.AdditionalMetadata)),
 			OwnerReferences: []metav1.OwnerReference{MemberOwner(m)},
 		},
