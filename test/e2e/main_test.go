@@ -158,7 +158,7 @@ func installOperatorImage(img, release, ns string, crds bool, env map[string]str
 	repo, tag, _ := strings.Cut(img, ":")
 	args := []string{"upgrade", "--install", release, filepath.Join(tools.RepoRoot(), "charts", "etcd-operator"),
 		"--namespace", ns, "--create-namespace", "--wait", "--timeout", "3m",
-		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
+		"--set", "image.repository=" + repo, "--set-string", "image.tag=" + tag,
 		"--set", fmt.Sprintf("crds.enabled=%t", crds), "--set", "manager.logLevel=debug"}
 	for i, w := range watch {
 		args = append(args, "--set", fmt.Sprintf("manager.watchNamespaces[%d]=%s", i, w))
