@@ -42,6 +42,11 @@ func (r *Reconciler) rollOut(ctx context.Context, w *world) (*ctrl.Result, error
 	}
 	outdated := outdated(w)
 	if len(outdated) == 0 {
+		// The last member restarted must come back before the roll is
+		// done (or, past the deadline, is reported stuck).
+		if res := r.waitSettled(w); res != nil {
+			return res, nil
+		}
 		return r.checkClusterVersion(ctx, w)
 	}
 	if res, err, halt := r.versionGate(ctx, w); halt {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 // Roll-outs (issue 14): a changed version, options, resources or scheduling
@@ -226,4 +227,25 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// The leader goes last; if it does not come back, the roll is reported stuck
+// (not done) although every member's spec is up to date.
+func TestStuckLastMemberIsReported(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3, withVersion("3.5.35"), withDeadline(30))
+	h.run("3", h.converged("c", 3))
+	for _, m := range h.members("c") {
+		if id, _ := etcd.ParseID(m.Status.MemberID); id == h.etcd.Leader() {
+			h.broken[m.Name] = true
+		}
+	}
+	h.editSpec("c", func(s *v1alpha2.EtcdClusterSpec) { s.Version = "3.6.16" })
+	h.run("stuck on the last member", func() bool {
+		d := conditions.Get(h.getCluster("c").Status.Conditions, conditions.Degraded)
+		return d != nil && d.Reason == conditions.ReasonRollOutStuck
+	})
+	if p := progressing(h, "c"); p.Reason == conditions.ReasonReconciled {
+		t.Fatalf("the roll counts as done with a member down: %+v", p)
+	}
 }
