@@ -17,6 +17,14 @@ import (
 // (made before the annotation existed) is taken as current.
 const AnnotationTemplateHash = Prefix + "template-hash"
 
+// AnnotationSnapshotCount on an EtcdMember (set and removed by the
+// operator) overrides --snapshot-count. Before a member moves from 3.6 to
+// 3.7 it is restarted once on 3.6 with a count of 1, which makes it
+// snapshot at once: etcd 3.7 cannot replay raft log entries written by 3.5
+// (the v2 requests it dropped), and a member only replays what follows its
+// last snapshot.
+const AnnotationSnapshotCount = Prefix + "snapshot-count"
+
 // rolled is what of a member's spec its Pod is built from and a roll-out
 // changes: everything but identity, storage and membership.
 type rolled struct {
@@ -27,12 +35,14 @@ type rolled struct {
 	TopologySpreadConstraints any    `json:"t,omitempty"`
 	ImagePullSecrets          any    `json:"i,omitempty"`
 	AdditionalMetadata        any    `json:"m,omitempty"`
+	SnapshotCount             string `json:"s,omitempty"`
 }
 
 // TemplateHash is a short hash of what a member's Pod is built from.
 func TemplateHash(m *v1alpha2.EtcdMember) string {
 	s := m.Spec
-	b, _ := json.Marshal(rolled{s.Version, s.Resources, s.Options, s.Affinity, s.TopologySpreadConstraints, s.ImagePullSecrets, s.AdditionalMetadata})
+	b, _ := json.Marshal(rolled{s.Version, s.Resources, s.Options, s.Affinity, s.TopologySpreadConstraints, s.ImagePullSecrets, s.AdditionalMetadata,
+		m.Annotations[AnnotationSnapshotCount]})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:5])
 }
@@ -40,7 +50,8 @@ func TemplateHash(m *v1alpha2.EtcdMember) string {
 // Retemplate copies the latched target into a member's spec: what a roll-out
 // changes. It reports whether anything changed.
 func Retemplate(m *v1alpha2.EtcdMember, o *v1alpha2.ObservedClusterSpec) bool {
-	before := m.Spec.DeepCopy()
+	before := m.DeepCopy()
+	delete(m.Annotations, AnnotationSnapshotCount)
 	m.Spec.Version = o.Version
 	m.Spec.Resources = *o.Resources.DeepCopy()
 	m.Spec.Options = o.Options.DeepCopy()
@@ -51,7 +62,7 @@ func Retemplate(m *v1alpha2.EtcdMember, o *v1alpha2.ObservedClusterSpec) bool {
 	if o.Storage.Size.Cmp(m.Spec.Storage.Size) > 0 {
 		m.Spec.Storage.Size = o.Storage.Size
 	}
-	return !equality.Semantic.DeepEqual(before, &m.Spec)
+	return !equality.Semantic.DeepEqual(before.Spec, m.Spec) || len(before.Annotations) != len(m.Annotations)
 }
 
 // UpToDate reports whether a member's spec carries the latched target.

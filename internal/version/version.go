@@ -156,3 +156,11 @@ func refuse(low Version, cluster, why string) Plan {
 	}
 	return Plan{Refused: fmt.Sprintf("%s; allowed next: patch releases of %s, one minor up (from the patch the upgrade guide names), or one minor down on 3.6 and later", why, base)}
 }
+
+// SnapshotFirst reports whether a member moving from one version to another
+// must take a snapshot on its old version first: etcd 3.7 no longer parses
+// the v2 requests that 3.5 wrote to the raft log, and a member of a cluster
+// born on 3.5 may still hold some after its last snapshot.
+func SnapshotFirst(from, to Version) bool {
+	return from.Major == 3 && from.Minor == 6 && to.Major == 3 && to.Minor >= 7
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -89,14 +90,12 @@ func outdated(w *world) []*v1alpha2.EtcdMember {
 	return out
 }
 
-// podOutdated reports whether the member's Pod runs an older template.
+// podOutdated reports whether the member's Pod was not made from the
+// member's spec as it is: another template hash, or none (a Pod from before
+// hashes, which a restart brings up to date).
 func podOutdated(w *world, m *v1alpha2.EtcdMember) bool {
 	pod := w.pods[m.Name]
-	if pod == nil {
-		return false
-	}
-	hash := pod.Annotations[build.AnnotationTemplateHash]
-	return hash != "" && hash != build.TemplateHash(m)
+	return pod != nil && pod.Annotations[build.AnnotationTemplateHash] != build.TemplateHash(m)
 }
 
 // waitSettled holds the roll while a member is not Ready, or became Ready
@@ -192,10 +191,10 @@ func (r *Reconciler) restartMember(ctx context.Context, w *world, m *v1alpha2.Et
 			return res, err
 		}
 	}
-	patch := client.MergeFrom(m.DeepCopy())
-	if build.Retemplate(m, w.cluster.Status.Observed) {
-		if err := r.Client.Patch(ctx, m, patch); err != nil {
-			return nil, fmt.Errorf("re-templating member %s: %w", m.Name, err)
+	if !podOutdated(w, m) {
+		// Its Pod runs its spec: move the spec one step on.
+		if err := r.nextTemplate(ctx, w, m); err != nil {
+			return nil, err
 		}
 	}
 	pod := w.pods[m.Name]
@@ -212,6 +211,26 @@ func (r *Reconciler) restartMember(ctx context.Context, w *world, m *v1alpha2.Et
 	logf(ctx, w)("Restarting member for the roll-out", "member", m.Name, "version", m.Spec.Version)
 	// The Pod's deletion and the new Pod's readiness bring the next pass.
 	return done(), nil
+}
+
+// nextTemplate moves a member's spec one step towards the target: to the
+// target itself, or first, when etcd needs it (3.6 to 3.7), to a restart on
+// its current version that takes a snapshot at once.
+func (r *Reconciler) nextTemplate(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
+	patch := client.MergeFrom(m.DeepCopy())
+	from, ferr := version.Parse(m.Status.Version)
+	to, terr := version.Parse(w.cluster.Status.Observed.Version)
+	switch {
+	case ferr == nil && terr == nil && version.SnapshotFirst(from, to) && m.Annotations[build.AnnotationSnapshotCount] == "":
+		metav1.SetMetaDataAnnotation(&m.ObjectMeta, build.AnnotationSnapshotCount, "1")
+		r.event(m, false, conditions.ReasonRollingOut, "Snapshot", "Restarting on %s with --snapshot-count=1 first: etcd %s cannot replay raft log entries older than a 3.6 snapshot", from, to)
+	case !build.Retemplate(m, w.cluster.Status.Observed):
+		return nil
+	}
+	if err := r.Client.Patch(ctx, m, patch); err != nil {
+		return fmt.Errorf("re-templating member %s: %w", m.Name, err)
+	}
+	return nil
 }
 
 // versionGate refuses a version change etcd's upgrade rules do not allow,

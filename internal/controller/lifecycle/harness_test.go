@@ -216,8 +216,8 @@ func (h *harness) step() {
 		_, err := h.cluster.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
 		h.checkError("cluster "+c.Name, err)
 	}
-	// A budget that went stale while the operator was down is what any
-	// operator leaves; it is judged once the operator ran again.
+	// A status or budget that went stale while the operator was down is
+	// what any operator leaves; they are judged once the operator ran again.
 	judgeBudget := !h.life.Ended()
 	if h.life.Ended() {
 		h.restart(0)

@@ -186,6 +186,9 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 		h.startErrors[p.Name] = err.Error()
 		return false
 	}
+	if flags["--snapshot-count"] == "1" {
+		h.etcd.Snapshot(peer)
+	}
 	return true
 }
 

@@ -208,14 +208,7 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	if pod.Annotations[build.AnnotationInitialClusterState] == build.StateExisting {
 		state = build.StateExisting
 	}
-	// A Pod made before template hashes existed was made from the member's
-	// spec as it is (members were never re-templated then): record it.
-	hash := pod.Annotations[build.AnnotationTemplateHash]
-	if hash == "" {
-		hash = build.TemplateHash(m)
-	}
-	if maps.Equal(labels, pod.Labels) && pod.Annotations[build.AnnotationInitialClusterState] == state &&
-		pod.Annotations[build.AnnotationTemplateHash] == hash {
+	if maps.Equal(labels, pod.Labels) && pod.Annotations[build.AnnotationInitialClusterState] == state {
 		return nil
 	}
 	patch := client.MergeFrom(pod.DeepCopy())
@@ -224,7 +217,6 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[build.AnnotationInitialClusterState] = state
-	pod.Annotations[build.AnnotationTemplateHash] = hash
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
 		return fmt.Errorf("updating pod labels: %w", err)
 	}

@@ -247,7 +247,7 @@ func (f *client) Downgrade(_ context.Context, action etcd.DowngradeAction, versi
 			return cluster, errors.New("etcdserver: no inflight downgrade job")
 		}
 		f.c.downgrade = ""
-		return f.c.clusterVersionOf(nil), nil
+		return f.c.clusterVersion, nil
 	}
 	target := majorMinor(version)
 	if f.c.downgrade == "" && (minor(target+".0") != minor(cluster+".0")-1 || minor(cluster+".0") < 6) {

@@ -48,6 +48,10 @@ type Cluster struct {
 	commit    uint64
 	// downgrade is the minor ("3.6") a downgrade in progress goes to.
 	downgrade string
+	// clusterVersion is the cluster version (major.minor) etcd decided:
+	// raised to the lowest minor the members run, only while every member
+	// answers; lowered only by a downgrade.
+	clusterVersion string
 
 	// MaxLearners is etcd's --max-learners.
 	MaxLearners int
@@ -74,6 +78,9 @@ type member struct {
 	// caughtUp: its applied index follows the leader's.
 	caughtUp bool
 	version  string
+	// logFrom is the minor of the oldest etcd that wrote entries the
+	// member would replay on a restart (those after its last snapshot).
+	logFrom int
 }
 
 // New returns an empty fake cluster with the given cluster ID. The clock
@@ -106,6 +113,10 @@ func (c *Cluster) BootstrapVersion(name, peerURL, clientURL, version string) uin
 	c.members[id] = &member{
 		Member:  etcd.Member{ID: id, Name: name, PeerURLs: []string{peerURL}, ClientURLs: []string{clientURL}},
 		running: true, started: true, caughtUp: true, version: version, connectedAt: c.clock.Now(),
+		logFrom: minor(version),
+	}
+	if c.clusterVersion == "" {
+		c.clusterVersion = majorMinor(version)
 	}
 	c.commit++
 	c.elect()
@@ -137,6 +148,13 @@ func (c *Cluster) StartVersion(peerURL, name, clientURL, version string) error {
 	if err := c.mayRun(m, version); err != nil {
 		return err
 	}
+	if m.logFrom == 0 {
+		// A new member receives the leader's log.
+		m.logFrom = c.oldestLog()
+	}
+	if minor(version) >= 7 && m.logFrom > 0 && m.logFrom <= 5 {
+		return fmt.Errorf("fake: panic: unmarshal should never fail (%s cannot replay the 3.%d raft log entries after its last snapshot)", version, m.logFrom)
+	}
 	m.Name, m.ClientURLs, m.running, m.started, m.version = name, []string{clientURL}, true, true, version
 	if !m.isolated {
 		m.connectedAt = c.clock.Now()
@@ -146,12 +164,54 @@ func (c *Cluster) StartVersion(peerURL, name, clientURL, version string) error {
 	}
 	c.elect()
 	c.finishDowngrade()
+	c.decideClusterVersion()
 	return nil
 }
 
+// Snapshot makes the member take a snapshot, as a restart with
+// --snapshot-count=1 does: it no longer replays older log entries.
+func (c *Cluster) Snapshot(peerURL string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.byPeer(peerURL); m != nil && m.running {
+		m.logFrom = minor(m.version)
+	}
+}
+
+// oldestLog is the oldest log era among the started members.
+func (c *Cluster) oldestLog() int {
+	low := 0
+	for _, m := range c.members {
+		if m.started && m.logFrom > 0 && (low == 0 || m.logFrom < low) {
+			low = m.logFrom
+		}
+	}
+	return low
+}
+
+// decideClusterVersion raises the cluster version to the lowest minor the
+// members run, when every started member runs (etcd's leader asks each).
+func (c *Cluster) decideClusterVersion() {
+	low := ""
+	for _, m := range c.members {
+		if !m.started {
+			continue
+		}
+		if !m.running {
+			return
+		}
+		if v := majorMinor(m.version); low == "" || minor(v+".0") < minor(low+".0") {
+			low = v
+		}
+	}
+	if low != "" && (c.clusterVersion == "" || minor(low+".0") > minor(c.clusterVersion+".0")) {
+		c.clusterVersion = low
+	}
+}
+
 // mayRun is etcd's check of a member's binary against the cluster version.
-func (c *Cluster) mayRun(m *member, version string) error {
-	cluster := c.clusterVersionOf(m)
+func (c *Cluster) mayRun(_ *member, version string) error {
+	cluster := c.clusterVersionOf(nil)
 	if cluster == "" {
 		return nil
 	}
@@ -173,20 +233,11 @@ func (c *Cluster) ClusterVersion() string {
 	return c.clusterVersionOf(nil)
 }
 
-func (c *Cluster) clusterVersionOf(except *member) string {
+func (c *Cluster) clusterVersionOf(*member) string {
 	if c.downgrade != "" {
 		return c.downgrade
 	}
-	low := ""
-	for _, m := range c.members {
-		if m == except || !m.started || m.version == "" {
-			continue
-		}
-		if v := majorMinor(m.version); low == "" || minor(v+".0") < minor(low+".0") {
-			low = v
-		}
-	}
-	return low
+	return c.clusterVersion
 }
 
 // finishDowngrade ends a downgrade once every member runs its target.
@@ -199,7 +250,7 @@ func (c *Cluster) finishDowngrade() {
 			return
 		}
 	}
-	c.downgrade = ""
+	c.clusterVersion, c.downgrade = c.downgrade, ""
 }
 
 func majorMinor(v string) string {
