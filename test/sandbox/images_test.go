@@ -114,5 +114,6 @@ func TestUnknownImage(t *testing.T) {
 	if err := sb.AddImage(t.Context(), ref, helperRoot); err != nil {
 		t.Fatal(err)
 	}
-	waitPod(t, ns, "late", 10*time.Second, "Running once the image exists", running)
+	// The kubelet retries on its image back-off clock, 10 s and growing.
+	waitPod(t, ns, "late", time.Minute, "Running once the image exists", running)
 }
