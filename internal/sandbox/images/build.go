@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -62,14 +63,19 @@ func Write(spec Spec, file string) error {
 	if err != nil {
 		return err
 	}
-	cfg := spec.Config
-	if !hasPath(cfg.Env) {
-		cfg.Env = append([]string{DefaultPath}, cfg.Env...)
-	}
-	if img, err = mutate.Config(img, cfg); err != nil {
+	cf, err := img.ConfigFile()
+	if err != nil {
 		return err
 	}
-	if img, err = mutate.CreatedAt(img, v1.Time{Time: epoch}); err != nil {
+	cf = cf.DeepCopy()
+	// The platform of this machine: containerd unpacks only a matching image.
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Created = v1.Time{Time: epoch}
+	cf.Config = spec.Config
+	if !hasPath(cf.Config.Env) {
+		cf.Config.Env = append([]string{DefaultPath}, cf.Config.Env...)
+	}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
 	tags := map[name.Reference]v1.Image{}

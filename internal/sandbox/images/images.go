@@ -141,6 +141,9 @@ func writeAtomically(file string, write func(tmp string) error) error {
 	if err := write(tmp.Name()); err != nil {
 		return err
 	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
 	return os.Rename(tmp.Name(), file)
 }
 

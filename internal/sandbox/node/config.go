@@ -152,6 +152,8 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 		"kubeAPIBurst":                  100,
 		"enableDebuggingHandlers":       true,
 		"localStorageCapacityIsolation": true,
+		// Root here cannot lower an OOM score (no CAP_SYS_RESOURCE).
+		"oomScoreAdj": 0,
 	}
 	if n.cfg.MaxBackoff > 0 {
 		conf["crashLoopBackOff"] = map[string]string{"maxContainerRestartPeriod": max(n.cfg.MaxBackoff, time.Second).String()}

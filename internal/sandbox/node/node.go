@@ -164,7 +164,7 @@ func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
 
 // Import imports an image tarball as it is into the node's containerd.
 func (n *Node) Import(ctx context.Context, file string) error {
-	_, err := n.ctr(ctx, "images", "import", "--no-unpack=false", file)
+	_, err := n.ctr(ctx, "images", "import", file)
 	return err
 }
 
