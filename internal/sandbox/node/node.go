@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -165,6 +166,9 @@ func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
 // Import imports an image tarball as it is into the node's containerd.
 func (n *Node) Import(ctx context.Context, file string) error {
 	_, err := n.ctr(ctx, "images", "import", file)
+	if err != nil && strings.Contains(err.Error(), "filtered out") {
+		return fmt.Errorf("%s holds no image for linux/%s", file, runtime.GOARCH)
+	}
 	return err
 }
 
