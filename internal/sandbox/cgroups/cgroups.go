@@ -96,30 +96,36 @@ func (h *Host) Version() string {
 // (they start empty and would refuse tasks); on v2, the controllers of the
 // root are delegated down to rel.
 func (h *Host) Create(rel string) error {
-	parts := strings.Split(strings.Trim(rel, "/"), "/")
 	for _, root := range h.Roots {
-		dir := root
-		for _, p := range parts {
-			if h.V2 {
-				if err := delegate(dir); err != nil {
-					return err
-				}
-			}
-			dir = filepath.Join(dir, p)
-			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-			if root == h.cpuset {
-				if err := inheritCpuset(dir); err != nil {
-					return err
-				}
-			}
+		if err := h.createIn(root, strings.Split(strings.Trim(rel, "/"), "/")); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// createIn makes the path parts below one hierarchy's root.
+func (h *Host) createIn(root string, parts []string) error {
+	dir := root
+	for _, p := range parts {
 		if h.V2 {
 			if err := delegate(dir); err != nil {
 				return err
 			}
 		}
+		dir = filepath.Join(dir, p)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if root != h.cpuset {
+			continue
+		}
+		if err := inheritCpuset(dir); err != nil {
+			return err
+		}
+	}
+	if h.V2 {
+		return delegate(dir)
 	}
 	return nil
 }

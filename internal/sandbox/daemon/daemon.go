@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -367,17 +368,8 @@ func (d *Daemon) addImages(refs ...string) {
 	d.imagesMu.Lock()
 	defer d.imagesMu.Unlock()
 	for _, r := range refs {
-		if !contains(d.images, r) {
+		if !slices.Contains(d.images, r) {
 			d.images = append(d.images, r)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

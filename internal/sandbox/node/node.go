@@ -132,8 +132,7 @@ func (n *Node) StartRuntime(ctx context.Context) error {
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return p.WaitFor(waitCtx, "ready", func(ctx context.Context) error {
-		_, err := n.ctr(ctx, "version")
-		return err
+		return n.ctr(ctx, "version")
 	})
 }
 
@@ -152,20 +151,20 @@ func (n *Node) env() []string {
 }
 
 // ctr runs ctr against the node's containerd in the Kubernetes namespace.
-func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
+func (n *Node) ctr(ctx context.Context, args ...string) error {
 	args = append([]string{"--address", n.socket(), "--namespace", "k8s.io"}, args...)
 	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.ToolsBin, "ctr"), args...)
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("ctr %s: %w: %s", strings.Join(args[4:], " "), err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("ctr %s: %w: %s", strings.Join(args[4:], " "), err, strings.TrimSpace(stderr.String()))
 	}
-	return out.String(), nil
+	return nil
 }
 
 // Import imports an image tarball as it is into the node's containerd.
 func (n *Node) Import(ctx context.Context, file string) error {
-	_, err := n.ctr(ctx, "images", "import", file)
+	err := n.ctr(ctx, "images", "import", file)
 	if err != nil && strings.Contains(err.Error(), "filtered out") {
 		return fmt.Errorf("%s holds no image for linux/%s", file, runtime.GOARCH)
 	}
@@ -205,7 +204,7 @@ func (n *Node) KillContainers(ctx context.Context, ids []string) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		if _, err := n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
+		if err := n.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
 			errs = append(errs, err)
 		}
 	}
