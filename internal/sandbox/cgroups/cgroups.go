@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,9 +43,14 @@ func Detect() (*Host, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return parse(f)
+}
+
+// parse reads a mountinfo file.
+func parse(r io.Reader) (*Host, error) {
 	h := &Host{}
 	var v2root string
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		sep := slices.Index(fields, "-")
@@ -58,14 +64,7 @@ func Detect() (*Host, error) {
 			h.Roots = append(h.Roots, mp)
 		case "cgroup":
 			h.Roots = append(h.Roots, mp)
-			for _, o := range strings.Split(opts, ",") {
-				switch o {
-				case "freezer":
-					h.freezer = mp
-				case "cpuset":
-					h.cpuset = mp
-				}
-			}
+			h.noteController(mp, opts)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -81,6 +80,18 @@ func Detect() (*Host, error) {
 		return nil, errors.New("no freezer: neither a v1 freezer hierarchy nor a pure cgroup v2 host")
 	}
 	return h, nil
+}
+
+// noteController remembers the v1 hierarchies that need special care.
+func (h *Host) noteController(mp, opts string) {
+	for _, o := range strings.Split(opts, ",") {
+		switch o {
+		case "freezer":
+			h.freezer = mp
+		case "cpuset":
+			h.cpuset = mp
+		}
+	}
 }
 
 // Version is "v1" or "v2", for the kubelet's configuration and the logs.
