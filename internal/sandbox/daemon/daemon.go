@@ -154,8 +154,9 @@ func lockDir(in *instance.Instance) (*os.File, error) {
 func (d *Daemon) Shutdown() { d.stopOnce.Do(func() { close(d.stop) }) }
 
 // setup starts the control plane while the nodes' runtimes start and get
-// their images, then the kubelets, kube-proxy, storage and CoreDNS, and
-// returns once every node is Ready and DNS answers.
+// the system images, then the kubelets, kube-proxy, storage and CoreDNS while
+// the etcd images are imported, and returns once every node is Ready, DNS
+// answers and every image is in.
 func (d *Daemon) setup(ctx context.Context) error {
 	in := d.in
 	start := time.Now()
@@ -170,9 +171,20 @@ func (d *Daemon) setup(ctx context.Context) error {
 	if err := d.makeNodes(); err != nil {
 		return err
 	}
+	builtins, err := images.Builtins(filepath.Dir(d.opts.ToolsBin))
+	if err != nil {
+		return err
+	}
+	system := slices.DeleteFunc(slices.Clone(builtins), func(t images.Tarball) bool { return !t.System })
+	others := slices.DeleteFunc(slices.Clone(builtins), func(t images.Tarball) bool { return t.System })
+	// The etcd images go in while the control plane and the kubelets start.
+	imported := make(chan error, len(d.nodes))
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.startControlPlane(gctx, start) })
-	g.Go(func() error { return d.startRuntimes(gctx, start) })
+	g.Go(func() error {
+		// The imports outlive gctx, which ends with g.Wait.
+		return d.startRuntimes(gctx, ctx, system, others, imported, start)
+	})
 	if err := g.Wait(); err != nil {
 		return err
 	}
@@ -182,6 +194,13 @@ func (d *Daemon) setup(ctx context.Context) error {
 	if err := d.waitReady(ctx); err != nil {
 		return err
 	}
+	for range d.nodes {
+		if err := <-imported; err != nil {
+			return err
+		}
+	}
+	d.recordImages(others)
+	slog.Info("Every node has the etcd images", "after", time.Since(start).Round(time.Millisecond))
 	d.ready.Store(true)
 	slog.Info("Sandbox is ready", "after", time.Since(start).Round(time.Millisecond), "nodes", len(d.nodes))
 	return nil
@@ -225,35 +244,44 @@ func (d *Daemon) startControlPlane(ctx context.Context, start time.Time) error {
 	return err
 }
 
-// startRuntimes starts every node's containerd and imports the built-in
-// images into it, the nodes side by side.
-func (d *Daemon) startRuntimes(ctx context.Context, start time.Time) error {
-	builtins, err := images.Builtins(filepath.Dir(d.opts.ToolsBin))
-	if err != nil {
-		return err
-	}
+// startRuntimes starts every node's containerd and imports the system
+// images into it, the nodes side by side; each node then goes on importing
+// the other images on its own, reporting to imported when done.
+func (d *Daemon) startRuntimes(ctx, importCtx context.Context, system, others []images.Tarball, imported chan<- error, start time.Time) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, n := range d.nodes {
 		g.Go(func() error {
 			if err := n.StartRuntime(gctx); err != nil {
 				return err
 			}
-			for _, t := range builtins {
-				if err := n.Import(gctx, t.File); err != nil {
-					return fmt.Errorf("node %s: importing %s: %w", n.Name(), t.File, err)
-				}
+			if err := importInto(gctx, n, system); err != nil {
+				return err
 			}
+			go func() { imported <- importInto(importCtx, n, others) }()
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	for _, t := range builtins {
+	d.recordImages(system)
+	slog.Info("Node runtimes are up with the system images", "after", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func importInto(ctx context.Context, n *node.Node, tarballs []images.Tarball) error {
+	for _, t := range tarballs {
+		if err := n.Import(ctx, t.File); err != nil {
+			return fmt.Errorf("node %s: importing %s: %w", n.Name(), t.File, err)
+		}
+	}
+	return nil
+}
+
+func (d *Daemon) recordImages(tarballs []images.Tarball) {
+	for _, t := range tarballs {
 		d.addImages(t.Refs...)
 	}
-	slog.Info("Node runtimes are up with their images", "after", time.Since(start).Round(time.Millisecond))
-	return nil
 }
 
 // startWorld starts the kubelets, kube-proxy, the storage provisioner and

@@ -13,6 +13,9 @@ import (
 type Tarball struct {
 	File string
 	Refs []string
+	// System marks the images a node needs before it runs any Pod: the Pod
+	// sandbox and CoreDNS.
+	System bool
 }
 
 // Pause is the reference of the sandbox's pause image; the nodes' containerd
@@ -91,6 +94,7 @@ func Builtins(toolsRoot string) ([]Tarball, error) {
 	if err != nil {
 		return nil, err
 	}
+	pause.System, dns.System = true, true
 	return append(out, pause, dns), nil
 }
 
