@@ -199,6 +199,7 @@ build_coredns() {
 # a Pod's namespaces) from the repository, keyed by its source.
 build_pause() {
 	[[ -x $pause_dir/pause ]] && return
+	echo "tools: building the sandbox's pause" >&2
 	local w=$work/pause
 	mkdir -p "$w/out"
 	(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$w/out/pause" ./internal/sandbox/pause >>"$log" 2>&1) ||

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
 )
 
 // containerdConfig is node i's containerd configuration: everything it
@@ -116,7 +118,7 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 		"apiVersion":         "kubelet.config.k8s.io/v1beta1",
 		"kind":               "KubeletConfiguration",
 		"address":            in.NodeIP(i).String(),
-		"port":               10250,
+		"port":               instance.KubeletPort,
 		"readOnlyPort":       0,
 		"healthzBindAddress": "127.0.0.1",
 		"healthzPort":        0,

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -284,5 +285,5 @@ func (n *Node) Shutdown() {
 
 // KubeletAddress is where the node's kubelet serves.
 func (n *Node) KubeletAddress() string {
-	return net.JoinHostPort(n.cfg.Instance.NodeIP(n.cfg.Index).String(), "10250")
+	return net.JoinHostPort(n.cfg.Instance.NodeIP(n.cfg.Index).String(), strconv.Itoa(instance.KubeletPort))
 }
