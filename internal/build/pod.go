@@ -31,6 +31,9 @@ type PodOptions struct {
 	// InitialClusterState is "new" only for the seed of a cluster that never
 	// formed; see AnnotationInitialClusterState.
 	InitialClusterState string
+	// OperatorImage is this operator's image, which holds the join gate;
+	// empty means a member's Pod starts only after it joined.
+	OperatorImage string
 }
 
 // MemberOwner is the controller reference every object of a member carries.
@@ -68,8 +71,9 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 				FSGroup:        ptr.To[int64](etcdUID),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			Containers: []corev1.Container{etcdContainer(m, opts)},
-			Volumes:    volumes(m),
+			InitContainers: joinGate(m, opts),
+			Containers:     []corev1.Container{etcdContainer(m, opts)},
+			Volumes:        volumes(m),
 		},
 	}
 	return pod
@@ -159,7 +163,7 @@ func EtcdCommand(m *v1alpha2.EtcdMember) []string {
 		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", clientScheme, ClientPort),
 		"--advertise-client-urls=" + ClientURL(m),
 		"--initial-advertise-peer-urls=" + PeerURL(m),
-		"--initial-cluster=" + m.Spec.InitialCluster,
+		"--initial-cluster=" + InitialClusterOf(m),
 		"--initial-cluster-token=" + m.Spec.ClusterToken,
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
 	}
