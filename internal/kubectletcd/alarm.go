@@ -39,6 +39,10 @@ func (a *app) alarmCommand() *cobra.Command {
 				if err != nil {
 					return s.explain(err)
 				}
+				if len(alarms) == 0 && output == formatTable {
+					fmt.Fprintln(cmd.OutOrStdout(), "No alarm is raised.")
+					return nil
+				}
 				return alarmTable(alarms, members).print(cmd.OutOrStdout(), output)
 			})
 		},

@@ -57,7 +57,9 @@ disarmed at the end. --force skips the quorum and health checks.`,
 				if err != nil {
 					return err
 				}
-				printDisarmed(cmd, cleared, members)
+				if len(cleared) > 0 {
+					printDisarmed(cmd, cleared, members)
+				}
 				return nil
 			})
 		},
