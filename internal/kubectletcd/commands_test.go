@@ -111,12 +111,21 @@ func TestPodNotReadyIsSaidAndAnotherMemberAnswersForTheCluster(t *testing.T) {
 	e := newFakeEtcd("c-a", "c-b", "c-c")
 	env := newFakeEnv(t, e, cluster("c"), memberPod("c", "c-a", notReadyPod), memberPod("c", "c-b"), memberPod("c", "c-c"))
 	code, _, errOut := env.run("members", "-p", "c-a")
-	if code != 1 || !strings.Contains(errOut, "pod c-a is not Ready") || !strings.Contains(errOut, "CrashLoopBackOff") {
+	if code != 1 || !strings.Contains(errOut, "pod c-a is not Ready, and its etcd does not run: container etcd is waiting (CrashLoopBackOff, 4 restarts)") {
 		t.Errorf("exit %d, %q", code, errOut)
 	}
 	code, out, errOut := env.run("members", "-c", "c")
 	if code != 0 || strings.Count(out, "http://c-") != 6 {
 		t.Errorf("members -c with one Pod not Ready: exit %d, %s%s", code, out, errOut)
+	}
+}
+
+func TestAPodThatRunsButIsNotReadyIsStillAsked(t *testing.T) {
+	e := newFakeEtcd("c-a", "c-b", "c-c")
+	e.alarms = []etcd.Alarm{{MemberID: 0x10, Type: "NOSPACE"}}
+	env := newFakeEnv(t, e, cluster("c"), memberPod("c", "c-a", unhealthyPod), memberPod("c", "c-b", unhealthyPod), memberPod("c", "c-c", unhealthyPod))
+	if code, out, errOut := env.run("alarm", "list", "-p", "c-a"); code != 0 || !strings.Contains(out, "NOSPACE") {
+		t.Errorf("exit %d, %q %q", code, out, errOut)
 	}
 }
 

@@ -16,67 +16,84 @@ import (
 // registerCompletions completes -p with the namespace's etcd member Pods, -c
 // with its EtcdClusters, -n with namespaces and -s with basic-auth Secrets.
 func (a *app) registerCompletions(root *cobra.Command) {
-	complete := func(list func(ctx context.Context, d deps) []string) cobra.CompletionFunc {
-		return func(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
-			d, err := a.connect(&a.opts)
-			if err != nil {
-				return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+	for flag, names := range map[string]func(context.Context, deps) ([]string, error){
+		"pod":                memberPodNames,
+		"cluster":            clusterNames,
+		"namespace":          namespaceNames,
+		"credentials-secret": credentialSecretNames,
+	} {
+		_ = root.RegisterFlagCompletionFunc(flag, a.completeWith(names))
+	}
+}
+
+func (a *app) completeWith(names func(context.Context, deps) ([]string, error)) cobra.CompletionFunc {
+	return func(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		d, err := a.connect(&a.opts)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		all, err := names(ctx, d)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+		}
+		var out []cobra.Completion
+		for _, name := range all {
+			if strings.HasPrefix(name, prefix) {
+				out = append(out, name)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			var out []cobra.Completion
-			for _, name := range list(ctx, d) {
-				if strings.HasPrefix(name, prefix) {
-					out = append(out, name)
-				}
-			}
-			return out, cobra.ShellCompDirectiveNoFileComp
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func memberPodNames(ctx context.Context, d deps) ([]string, error) {
+	list := &corev1.PodList{}
+	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace), client.HasLabels{build.LabelCluster}); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, p.Name)
+	}
+	return out, nil
+}
+
+func clusterNames(ctx context.Context, d deps) ([]string, error) {
+	list := &v1alpha2.EtcdClusterList{}
+	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range list.Items {
+		out = append(out, c.Name)
+	}
+	return out, nil
+}
+
+func namespaceNames(ctx context.Context, d deps) ([]string, error) {
+	list := &corev1.NamespaceList{}
+	if err := d.kube.List(ctx, list); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range list.Items {
+		out = append(out, n.Name)
+	}
+	return out, nil
+}
+
+func credentialSecretNames(ctx context.Context, d deps) ([]string, error) {
+	list := &corev1.SecretList{}
+	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range list.Items {
+		if s.Type == corev1.SecretTypeBasicAuth || len(s.Data[corev1.BasicAuthPasswordKey]) > 0 {
+			out = append(out, s.Name)
 		}
 	}
-	_ = root.RegisterFlagCompletionFunc("pod", complete(func(ctx context.Context, d deps) []string {
-		list := &corev1.PodList{}
-		if d.kube.List(ctx, list, client.InNamespace(d.namespace), client.HasLabels{build.LabelCluster}) != nil {
-			return nil
-		}
-		var out []string
-		for _, p := range list.Items {
-			out = append(out, p.Name)
-		}
-		return out
-	}))
-	_ = root.RegisterFlagCompletionFunc("cluster", complete(func(ctx context.Context, d deps) []string {
-		list := &v1alpha2.EtcdClusterList{}
-		if d.kube.List(ctx, list, client.InNamespace(d.namespace)) != nil {
-			return nil
-		}
-		var out []string
-		for _, c := range list.Items {
-			out = append(out, c.Name)
-		}
-		return out
-	}))
-	_ = root.RegisterFlagCompletionFunc("namespace", complete(func(ctx context.Context, d deps) []string {
-		list := &corev1.NamespaceList{}
-		if d.kube.List(ctx, list) != nil {
-			return nil
-		}
-		var out []string
-		for _, n := range list.Items {
-			out = append(out, n.Name)
-		}
-		return out
-	}))
-	_ = root.RegisterFlagCompletionFunc("credentials-secret", complete(func(ctx context.Context, d deps) []string {
-		list := &corev1.SecretList{}
-		if d.kube.List(ctx, list, client.InNamespace(d.namespace)) != nil {
-			return nil
-		}
-		var out []string
-		for _, s := range list.Items {
-			if s.Type == corev1.SecretTypeBasicAuth || len(s.Data[corev1.BasicAuthPasswordKey]) > 0 {
-				out = append(out, s.Name)
-			}
-		}
-		return out
-	}))
+	return out, nil
 }

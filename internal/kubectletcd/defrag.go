@@ -144,7 +144,7 @@ func mayDefrag(states []*memberState, st *memberState, force bool) error {
 	case st == nil:
 		return errors.New("the member left etcd's membership meanwhile")
 	case st.Status == nil:
-		return fmt.Errorf("cannot defragment %s: %v", st.name(), st.Err)
+		return fmt.Errorf("cannot defragment %s: %w", st.name(), st.Err)
 	case force:
 		return nil
 	case !st.healthy():

@@ -363,7 +363,12 @@ func memberPod(c, name string, mods ...func(*corev1.Pod)) *corev1.Pod {
 
 func notReadyPod(p *corev1.Pod) {
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "etcd", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "etcd", RestartCount: 4, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
+}
+
+// unhealthyPod runs but fails its readiness probe, as a member with an alarm.
+func unhealthyPod(p *corev1.Pod) {
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
 }
 
 // threeMembers is a plain cluster "c" of members a, b, c with a leading.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -50,8 +51,11 @@ func (s *session) forfeit(ctx context.Context, to string) (string, error) {
 	if s.pod != nil && s.podID != leader {
 		return fmt.Sprintf("%s is not the leader (%s is): nothing to do.", s.pod.Name, nameOf(ls, leader)), nil
 	}
-	if ls == nil || ls.Conn == nil {
-		return "", fmt.Errorf("cannot reach the leader %s: %v", nameOf(ls, leader), ls.Err)
+	if ls == nil {
+		return "", fmt.Errorf("the leader %s is not in etcd's member list as read a moment ago: try again", etcd.FormatID(leader))
+	}
+	if ls.Conn == nil || ls.Status == nil {
+		return "", fmt.Errorf("cannot reach the leader %s: %w", ls.name(), ls.Err)
 	}
 	target, err := transferee(states, leader, to)
 	if err != nil || target == nil {
@@ -73,39 +77,40 @@ func (s *session) forfeit(ctx context.Context, to string) (string, error) {
 // transferee picks who takes the leadership: the member asked for, or the
 // healthy voter with the most applied entries. nil, nil: no other voter.
 func transferee(states []*memberState, leader uint64, to string) (*memberState, error) {
+	if to != "" {
+		return namedTransferee(states, leader, to)
+	}
 	var best *memberState
 	others := 0
 	for _, st := range states {
 		if st.Member.IsLearner || st.Member.ID == leader {
-			if to != "" && matches(st.Member, to) {
-				return nil, fmt.Errorf("%s cannot take the leadership: it is a learner or the leader already", to)
-			}
 			continue
 		}
 		others++
-		if to != "" && !matches(st.Member, to) {
-			continue
-		}
-		if !st.healthy() {
-			if to != "" {
-				return nil, fmt.Errorf("%s cannot take the leadership: %s", to, unhealthyWhy(st))
-			}
-			continue
-		}
-		if best == nil || st.Status.RaftAppliedIndex > best.Status.RaftAppliedIndex ||
-			(st.Status.RaftAppliedIndex == best.Status.RaftAppliedIndex && st.name() < best.name()) {
+		if st.healthy() && (best == nil || st.Status.RaftAppliedIndex > best.Status.RaftAppliedIndex ||
+			(st.Status.RaftAppliedIndex == best.Status.RaftAppliedIndex && st.name() < best.name())) {
 			best = st
 		}
 	}
-	switch {
-	case best != nil:
-		return best, nil
-	case to != "":
-		return nil, fmt.Errorf("no member %s (kubectl etcd members lists them)", to)
-	case others > 0:
+	if best == nil && others > 0 {
 		return nil, errors.New("no other voter is healthy enough to take the leadership")
 	}
-	return nil, nil
+	return best, nil
+}
+
+func namedTransferee(states []*memberState, leader uint64, to string) (*memberState, error) {
+	i := slices.IndexFunc(states, func(st *memberState) bool { return matches(st.Member, to) })
+	if i < 0 {
+		return nil, fmt.Errorf("no member %s (kubectl etcd members lists them)", to)
+	}
+	st := states[i]
+	switch {
+	case st.Member.IsLearner || st.Member.ID == leader:
+		return nil, fmt.Errorf("%s cannot take the leadership: it is a learner or the leader already", to)
+	case !st.healthy():
+		return nil, fmt.Errorf("%s cannot take the leadership: %s", to, unhealthyWhy(st))
+	}
+	return st, nil
 }
 
 func unhealthyWhy(st *memberState) string {

@@ -71,9 +71,12 @@ func (f *apiForwarder) Forward(ctx context.Context, pod *corev1.Pod, port int) (
 		return 0, nil, fmt.Errorf("port-forward to pod %s/%s: %w", pod.Namespace, pod.Name, ctx.Err())
 	}
 	ports, err := fw.GetPorts()
-	if err != nil || len(ports) != 1 {
+	if err == nil && len(ports) != 1 {
+		err = fmt.Errorf("%d ports forwarded", len(ports))
+	}
+	if err != nil {
 		cancel()
-		return 0, nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %v", pod.Namespace, pod.Name, err)
+		return 0, nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %w", pod.Namespace, pod.Name, err)
 	}
 	return int(ports[0].Local), cancel, nil
 }

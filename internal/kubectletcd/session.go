@@ -178,8 +178,8 @@ func (s *session) connect(ctx context.Context, pod *corev1.Pod) (*conn, error) {
 	if ok {
 		return c, nil
 	}
-	if why := notReady(pod); why != "" {
-		return nil, fmt.Errorf("pod %s is not Ready: %s", pod.Name, why)
+	if why := notRunning(pod); why != "" {
+		return nil, fmt.Errorf("pod %s is not Ready, and its etcd does not run: %s", pod.Name, why)
 	}
 	local, stop, err := s.forwarder.Forward(ctx, pod, build.ClientPort)
 	if err != nil {
@@ -216,7 +216,7 @@ func (s *session) connect(ctx context.Context, pod *corev1.Pod) (*conn, error) {
 }
 
 // candidates are the Pods to ask cluster-wide questions, best first: the -p
-// Pod alone, or the cluster's voters before its other members.
+// Pod alone, or the cluster's Ready voters, then its other members.
 func (s *session) candidates() []*corev1.Pod {
 	if s.pod != nil {
 		return []*corev1.Pod{s.pod}
@@ -225,13 +225,19 @@ func (s *session) candidates() []*corev1.Pod {
 	for _, p := range s.pods {
 		out = append(out, p)
 	}
+	rank := func(p *corev1.Pod) int {
+		r := 0
+		if !isReady(p) {
+			r += 2
+		}
+		if p.Labels[build.LabelRole] != build.RoleVoter {
+			r++
+		}
+		return r
+	}
 	slices.SortFunc(out, func(a, b *corev1.Pod) int {
-		av, bv := a.Labels[build.LabelRole] == build.RoleVoter, b.Labels[build.LabelRole] == build.RoleVoter
-		if av != bv {
-			if av {
-				return -1
-			}
-			return 1
+		if d := rank(a) - rank(b); d != 0 {
+			return d
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
@@ -299,25 +305,35 @@ func timed[T any](ctx context.Context, d time.Duration, call func(context.Contex
 	return call(ctx)
 }
 
-// notReady says why a Pod cannot serve, or "" when it is Ready.
-func notReady(p *corev1.Pod) string {
-	if p.DeletionTimestamp != nil {
-		return "it is being deleted"
+// notRunning says why a Pod's etcd cannot answer, or "" when its container
+// runs. Readiness is not asked for: a member with an alarm (NOSPACE) fails
+// its health check, and that is when it needs looking after most.
+func notRunning(p *corev1.Pod) string {
+	if p.Status.Phase != corev1.PodRunning {
+		return "phase " + string(p.Status.Phase)
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return ""
-		}
-	}
-	why := "phase " + string(p.Status.Phase)
+	c := etcdContainer(p)
 	for _, cs := range p.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil {
-			why += fmt.Sprintf(", container %s waiting (%s)", cs.Name, w.Reason)
-		} else if !cs.Ready {
-			why += fmt.Sprintf(", container %s not ready (%d restarts)", cs.Name, cs.RestartCount)
+		if c == nil || cs.Name != c.Name {
+			continue
+		}
+		switch {
+		case cs.State.Waiting != nil:
+			return fmt.Sprintf("container %s is waiting (%s, %d restarts)", cs.Name, cs.State.Waiting.Reason, cs.RestartCount)
+		case cs.State.Terminated != nil:
+			return fmt.Sprintf("container %s terminated (%s)", cs.Name, cs.State.Terminated.Reason)
 		}
 	}
-	return why
+	return ""
+}
+
+func isReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // advertisedClientURL is the first URL the Pod's etcd advertises to clients
