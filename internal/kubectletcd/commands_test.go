@@ -276,10 +276,15 @@ func TestMembershipChangesFollowTheQuorumProjection(t *testing.T) {
 }
 
 func TestLeaveAndRemoveOnAnOperatorCluster(t *testing.T) {
-	env := threeMembers(t)
+	// etcd refuses the first two tries; the member that leaves is not the
+	// one asked to remove it (it would stop before answering).
+	env := threeMembers(t, func(e *fakeEtcd) { e.unhealthyFor = 2 })
 	code, out, errOut := env.run("leave", "-p", "c-c")
-	if code != 0 || !strings.Contains(out, "Removed member c-c (0000000000000012)") || !strings.Contains(errOut, "run by etcd-operator") {
+	if code != 0 || !strings.Contains(out, "Removed member c-c (0000000000000012) from cluster 00000000000000c1") || !strings.Contains(errOut, "run by etcd-operator") {
 		t.Fatalf("exit %d, %q %q", code, out, errOut)
+	}
+	if len(env.etcd.members) != 2 || env.etcd.unhealthyFor != 0 {
+		t.Fatalf("members %d, refusals left %d", len(env.etcd.members), env.etcd.unhealthyFor)
 	}
 	env.etcd.member("c-b").down = true
 	code, _, errOut = env.run("remove-member", "-c", "c", "c-a")

@@ -40,6 +40,9 @@ type fakeEtcd struct {
 	defrags        int // defragmentations so far, to order them
 	snapshot       []byte
 	corrupt        bool // the snapshot stream's checksum is wrong
+	// unhealthyFor refuses this many membership changes as etcd does
+	// right after a change, before every voter has been connected a while.
+	unhealthyFor int
 	nextID         uint64
 }
 
@@ -183,9 +186,21 @@ func (c *fakeClient) MemberList(context.Context) (*etcd.MemberList, error) {
 	return out, nil
 }
 
+// refuseChange is etcd's strict reconfiguration check.
+func (c *fakeClient) refuseChange() error {
+	if c.e.unhealthyFor > 0 {
+		c.e.unhealthyFor--
+		return fmt.Errorf("%w: etcdserver: unhealthy cluster", etcd.ErrUnhealthy)
+	}
+	return nil
+}
+
 func (c *fakeClient) add(peerURLs []string, learner bool) (*etcd.Member, error) {
 	defer c.lock()()
 	if _, err := c.self(); err != nil {
+		return nil, err
+	}
+	if err := c.refuseChange(); err != nil {
 		return nil, err
 	}
 	for _, m := range c.e.members {
@@ -226,11 +241,19 @@ func (c *fakeClient) MemberRemove(_ context.Context, id uint64) error {
 	if _, err := c.self(); err != nil {
 		return err
 	}
+	if err := c.refuseChange(); err != nil {
+		return err
+	}
 	i := slices.IndexFunc(c.e.members, func(m *fakeMember) bool { return m.ID == id })
 	if i < 0 {
 		return etcd.ErrMemberNotFound
 	}
+	self := c.e.members[i].Name == c.pod
 	c.e.members = slices.Delete(c.e.members, i, i+1)
+	if self {
+		// A member applying its own removal stops before it answers.
+		return errors.New("etcdserver: server stopped")
+	}
 	return nil
 }
 

@@ -2,10 +2,12 @@ package kubectletcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -68,18 +70,22 @@ func (s *session) remove(ctx context.Context, cmd *cobra.Command, who string, fo
 		return fmt.Errorf("etcd lists no member %s (kubectl etcd members lists them)", orDash(who))
 	}
 	name := memberName(*m)
+	states := s.survey(ctx, list)
 	if !force {
-		if d := quorum.Remove(votersOf(s.survey(ctx, list)), name); !d.OK {
+		if d := quorum.Remove(votersOf(states), name); !d.OK {
 			return fmt.Errorf("refusing: %s (--force to do it anyway)", d.Reason)
 		}
 	}
-	_, err = timed(ctx, callTimeout, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, primary.client.MemberRemove(ctx, m.ID)
-	})
-	if err != nil {
-		return fmt.Errorf("removing %s: %w", name, s.explain(err))
+	// A member that removes itself stops before it answers: ask another.
+	via := primary
+	if i := slices.IndexFunc(states, func(st *memberState) bool { return st.Member.ID != m.ID && st.healthy() }); i >= 0 {
+		via = states[i].Conn
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "Removed member %s (%s) from cluster %s.\n", name, etcd.FormatID(m.ID), etcd.FormatID(list.ClusterID))
+	err = s.change(ctx, cmd, "removing "+name, func(ctx context.Context) error { return via.client.MemberRemove(ctx, m.ID) })
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Removed member %s from cluster %s.\n", describe(*m), etcd.FormatID(list.ClusterID))
 	s.noteOperator(cmd.ErrOrStderr(), "it replaces a member etcd no longer lists with a new one")
 	return nil
 }
@@ -144,9 +150,13 @@ func (s *session) add(ctx context.Context, cmd *cobra.Command, peerURL string, o
 	if opts.voter {
 		add, kind = primary.client.MemberAdd, "a voter"
 	}
-	m, err := timed(ctx, callTimeout, func(ctx context.Context) (*etcd.Member, error) { return add(ctx, []string{peerURL}) })
+	var m *etcd.Member
+	err = s.change(ctx, cmd, "adding "+peerURL, func(ctx context.Context) (err error) {
+		m, err = add(ctx, []string{peerURL})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("adding %s: %w", peerURL, s.explain(err))
+		return err
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "Added member %s as %s to cluster %s.\n", etcd.FormatID(m.ID), kind, etcd.FormatID(list.ClusterID))
@@ -201,14 +211,52 @@ func (s *session) promote(ctx context.Context, cmd *cobra.Command, who string, f
 			return fmt.Errorf("refusing: %s (--force to do it anyway)", d.Reason)
 		}
 	}
-	_, err = timed(ctx, callTimeout, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, primary.client.MemberPromote(ctx, m.ID)
-	})
+	err = s.change(ctx, cmd, "promoting "+memberName(m), func(ctx context.Context) error { return primary.client.MemberPromote(ctx, m.ID) })
 	if err != nil {
-		return fmt.Errorf("promoting %s: %w", memberName(m), s.explain(err))
+		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "Promoted member %s (%s) to a voter.\n", memberName(m), etcd.FormatID(m.ID))
+	fmt.Fprintf(cmd.OutOrStdout(), "Promoted member %s to a voter.\n", describe(m))
 	return nil
+}
+
+// changeWait bounds how long a membership change waits for etcd to accept it.
+const changeWait = 30 * time.Second
+
+// change makes one membership change, retrying while etcd refuses it for
+// now: etcd takes a change only once every voter has been connected for a
+// few seconds, and a learner is promoted only once it has caught up.
+func (s *session) change(ctx context.Context, cmd *cobra.Command, what string, call func(context.Context) error) error {
+	p := s.progress(cmd)
+	defer p.clear()
+	var err error
+	deadline := time.Now().Add(changeWait)
+	for {
+		_, err = timed(ctx, callTimeout, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
+		if !errors.Is(err, etcd.ErrUnhealthy) && !errors.Is(err, etcd.ErrLearnerNotReady) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: etcd still refuses after %s: %w", what, changeWait, err)
+		}
+		p.show("%s: etcd asks to wait (%v); trying again...", what, err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, s.explain(err))
+	}
+	return nil
+}
+
+// describe names a member by name and ID, or by ID alone before it started.
+func describe(m etcd.Member) string {
+	if m.Name == "" {
+		return etcd.FormatID(m.ID)
+	}
+	return fmt.Sprintf("%s (%s)", m.Name, etcd.FormatID(m.ID))
 }
 
 // caughtUp: the learner has applied at least nine tenths of what the leader

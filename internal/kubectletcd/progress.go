@@ -61,3 +61,8 @@ func (p *progress) clear() {
 		p.shown = false
 	}
 }
+
+// progress of a command's session, on its stderr.
+func (s *session) progress(cmd interface{ ErrOrStderr() io.Writer }) *progress {
+	return s.progressTo(cmd.ErrOrStderr())
+}

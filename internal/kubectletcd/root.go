@@ -144,6 +144,7 @@ func (a *app) withSession(cmd *cobra.Command, fn func(ctx context.Context, s *se
 	if err != nil {
 		return err
 	}
+	s.progressTo = a.progressTo
 	defer s.close()
 	return fn(ctx, s)
 }

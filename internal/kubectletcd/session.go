@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"slices"
 	"strings"
@@ -38,6 +39,8 @@ type session struct {
 	sec     security
 
 	podID uint64 // the -p Pod's etcd member ID, once read
+	// progressTo shows progress on w if it is a terminal.
+	progressTo func(w io.Writer) *progress
 
 	mu      sync.Mutex
 	conns   map[string]*conn
