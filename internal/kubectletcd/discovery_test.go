@@ -215,12 +215,16 @@ func TestAuthErrorsSayWhatToDo(t *testing.T) {
 	}
 	env := newFakeEnv(t, e, cluster("c", auth), memberPod("c", "c-a"),
 		secret("root", map[string]string{"password": "pw"}), secret("wrong", map[string]string{"password": "nope"}))
-	code, _, errOut := env.run("members", "-c", "c")
+	if code, _, errOut := env.run("members", "-c", "c"); code != 0 {
+		t.Errorf("members are told to anyone: exit %d, %q", code, errOut)
+	}
+	code, _, errOut := env.run("alarm", "list", "-c", "c")
 	if code != 1 || !strings.Contains(errOut, "etcd requires authentication and no credentials were given or found") ||
 		!strings.Contains(errOut, "status.authEnabled is not set") || !strings.Contains(errOut, "pass -s/--credentials-secret") {
 		t.Errorf("no credentials: exit %d, %q", code, errOut)
 	}
-	if code, _, errOut = env.run("status", "-c", "c", "-s", "wrong"); code != 1 || !strings.Contains(errOut, "etcd rejected the credentials of user root from secret ns/wrong") {
+	if code, _, errOut = env.run("status", "-c", "c", "-s", "wrong"); code != 1 || !strings.Contains(errOut, "etcd rejected the credentials of user root from secret ns/wrong") ||
+		strings.Count(errOut, "rejected") != 1 {
 		t.Errorf("wrong credentials: exit %d, %q", code, errOut)
 	}
 	if code, _, errOut = env.run("status", "-c", "c", "-s", "root"); code != 0 {

@@ -134,6 +134,10 @@ func (f *fakeEnv) dial(_ context.Context, cfg etcd.Config) (etcd.Maintenance, er
 	if !ok {
 		return nil, fmt.Errorf("nothing forwarded to port %d", port)
 	}
+	// clientv3 authenticates a user as it connects.
+	if cfg.Username != "" && (cfg.Username != f.etcd.user || cfg.Password != f.etcd.password) {
+		return nil, fmt.Errorf("%w: etcdserver: authentication failed, invalid user ID or password", etcd.ErrAuthFailed)
+	}
 	return &fakeClient{e: f.etcd, pod: pod, cfg: cfg}, nil
 }
 
@@ -157,17 +161,20 @@ type fakeClient struct {
 
 var _ etcd.Maintenance = (*fakeClient)(nil)
 
-// self is the member behind this client's Pod, if it answers.
-func (c *fakeClient) self() (*fakeMember, error) {
+// self is the member behind this client's Pod, if it answers and the
+// client's user may make the call. As etcd does, the member list and a
+// member's status are told to anyone; the rest needs the user.
+func (c *fakeClient) self() (*fakeMember, error) { return c.member(true) }
+
+func (c *fakeClient) anyone() (*fakeMember, error) { return c.member(false) }
+
+func (c *fakeClient) member(needsUser bool) (*fakeMember, error) {
 	m := c.e.member(c.pod)
 	if m == nil || m.down {
 		return nil, fmt.Errorf("rpc error: connection refused to %s: %w", c.pod, context.DeadlineExceeded)
 	}
-	if c.e.user != "" && (c.cfg.Username != c.e.user || c.cfg.Password != c.e.password) {
-		if c.cfg.Username == "" {
-			return nil, fmt.Errorf("%w: etcdserver: user name is empty", etcd.ErrAuthRequired)
-		}
-		return nil, fmt.Errorf("%w: etcdserver: authentication failed, invalid user ID or password", etcd.ErrAuthFailed)
+	if needsUser && c.e.user != "" && c.cfg.Username == "" {
+		return nil, fmt.Errorf("%w: etcdserver: user name is empty", etcd.ErrAuthRequired)
 	}
 	return m, nil
 }
@@ -176,7 +183,7 @@ func (c *fakeClient) lock() func() { c.e.mu.Lock(); return c.e.mu.Unlock }
 
 func (c *fakeClient) MemberList(context.Context) (*etcd.MemberList, error) {
 	defer c.lock()()
-	if _, err := c.self(); err != nil {
+	if _, err := c.anyone(); err != nil {
 		return nil, err
 	}
 	out := &etcd.MemberList{ClusterID: c.e.clusterID}
@@ -259,7 +266,7 @@ func (c *fakeClient) MemberRemove(_ context.Context, id uint64) error {
 
 func (c *fakeClient) Status(context.Context, string) (*etcd.Status, error) {
 	defer c.lock()()
-	m, err := c.self()
+	m, err := c.anyone()
 	if err != nil {
 		return nil, err
 	}

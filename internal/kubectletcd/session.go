@@ -252,20 +252,12 @@ func (s *session) candidates() []*corev1.Pod {
 func (s *session) members(ctx context.Context) (*conn, *etcd.MemberList, error) {
 	var failures []string
 	for _, p := range s.candidates() {
-		c, err := s.connect(ctx, p)
+		c, list, err := s.membersVia(ctx, p)
 		if err == nil {
-			var list *etcd.MemberList
-			if list, err = timed(ctx, callTimeout, c.client.MemberList); err == nil {
-				s.primary = c
-				if s.pod != nil {
-					_, err = s.podMemberID(ctx)
-				}
-				return c, list, err
-			}
-			err = s.explain(err)
-			if isAuthError(err) {
-				return nil, nil, err
-			}
+			return c, list, nil
+		}
+		if isAuthError(err) {
+			return nil, nil, err // every member would say the same
 		}
 		failures = append(failures, err.Error())
 	}
@@ -296,6 +288,24 @@ func (s *session) podMemberID(ctx context.Context) (uint64, error) {
 	}
 	s.podID = st.MemberID
 	return s.podID, nil
+}
+
+func (s *session) membersVia(ctx context.Context, p *corev1.Pod) (*conn, *etcd.MemberList, error) {
+	c, err := s.connect(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, err := timed(ctx, callTimeout, c.client.MemberList)
+	if err != nil {
+		return nil, nil, s.explain(err)
+	}
+	s.primary = c
+	if s.pod != nil {
+		if _, err := s.podMemberID(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return c, list, nil
 }
 
 // callTimeout bounds one etcd call that etcd answers at once.

@@ -284,15 +284,23 @@ func testPluginMTLSAuth(t *testing.T) {
 	waitFormed(t, name, 3)
 
 	enableAuth(t, name, password)
-	_, errOut, code := runPlugin(t, "members", "-c", name)
-	t.Logf("kubectl etcd members -c %s (auth on, no credentials):\n%s", name, errOut)
+	// etcd answers the member list and a member's status to anyone; alarms,
+	// compaction, defragmentation and snapshots need a user with the root role.
+	if out := mustPlugin(t, "members", "-c", name); strings.Count(out, "\n") != 4 {
+		t.Errorf("members without credentials:\n%s", out)
+	}
+	_, errOut, code := runPlugin(t, "alarm", "list", "-c", name)
+	t.Logf("kubectl etcd alarm list -c %s (auth on, no credentials):\n%s", name, errOut)
 	if code != 1 || !strings.Contains(errOut, "etcd requires authentication") || !strings.Contains(errOut, "status.authEnabled is not set") {
 		t.Errorf("without credentials: exit %d, %q", code, errOut)
 	}
-	_, errOut, code = runPlugin(t, "members", "-c", name, "-s", name+"-wrong")
-	t.Logf("kubectl etcd members -c %s -s %s-wrong:\n%s", name, name, errOut)
-	if code != 1 || !strings.Contains(errOut, "rejected the credentials of user root from secret "+ns+"/"+name+"-wrong") {
+	_, errOut, code = runPlugin(t, "alarm", "list", "-c", name, "-s", name+"-wrong")
+	t.Logf("kubectl etcd alarm list -c %s -s %s-wrong:\n%s", name, name, errOut)
+	if code != 1 || !strings.Contains(errOut, "rejected the credentials of user root from secret "+ns+"/"+name+"-wrong") || strings.Count(errOut, "rejected") != 1 {
 		t.Errorf("wrong credentials: exit %d, %q", code, errOut)
+	}
+	if out := mustPlugin(t, "alarm", "list", "-c", name, "-s", ns+"/"+name+"-root"); out != "No alarm is raised.\n" {
+		t.Errorf("alarm list -s: %q", out)
 	}
 	leader := requireOneLeader(t, pluginStatus(t, name, "-s", ns+"/"+name+"-root"), 3)
 
