@@ -110,7 +110,22 @@ func (c *client) AlarmDisarm(ctx context.Context, a Alarm) ([]Alarm, error) {
 
 func (c *client) Snapshot(ctx context.Context) (io.ReadCloser, error) {
 	rc, err := c.c.Snapshot(ctx)
-	return rc, classify(err)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return classifyingReader{rc}, nil
+}
+
+// classifyingReader classifies the errors of a stream, which etcd sends
+// with the first chunk (permission denied, say), not with the call.
+type classifyingReader struct{ io.ReadCloser }
+
+func (r classifyingReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = classify(err)
+	}
+	return n, err
 }
 
 func alarms(in []*etcdserverpb.AlarmMember) []Alarm {

@@ -43,7 +43,7 @@ type fakeEtcd struct {
 	// unhealthyFor refuses this many membership changes as etcd does
 	// right after a change, before every voter has been connected a while.
 	unhealthyFor int
-	nextID         uint64
+	nextID       uint64
 }
 
 type fakeMember struct {

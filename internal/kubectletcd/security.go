@@ -19,12 +19,11 @@ import (
 // security is how the plugin authenticates to etcd, and where it learnt
 // that, for error messages.
 type security struct {
-	TLS        *tls.Config
-	TLSFrom    string
-	Username   string
-	Password   string
-	CredsFrom  string
-	AuthLatent bool // the cluster asks for auth but status.authEnabled is not latched yet
+	TLS       *tls.Config
+	TLSFrom   string
+	Username  string
+	Password  string
+	CredsFrom string
 }
 
 // discoverTLS reads the client TLS of a cluster from its Secrets, as the
