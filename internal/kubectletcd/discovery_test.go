@@ -115,24 +115,33 @@ func TestTLSFromAForeignPodsFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if secure := len(c.flags) > 0; (s.sec.TLS != nil) != secure {
-				t.Fatalf("TLS %v, want %t", s.sec.TLS, secure)
-			}
-			if s.sec.TLS != nil && (len(s.sec.TLS.Certificates) == 1) != c.mtls {
-				t.Errorf("client certificate: %d, want mTLS %t", len(s.sec.TLS.Certificates), c.mtls)
-			}
-			// The member is dialled at its own name, with $(POD_NAME) expanded.
-			if _, err := s.connect(context.Background(), pod); err != nil {
-				t.Fatal(err)
-			}
-			ep := env.dialled[0].Endpoints[0]
-			if !strings.HasPrefix(ep, "https://foreign.db.ns.svc:3") {
-				t.Errorf("endpoint %s: want the advertised host and the forwarded port", ep)
-			}
-			if ip, ok := env.dialled[0].Resolve("foreign.db.ns.svc"); !ok || ip != "127.0.0.1" {
-				t.Errorf("the advertised host resolves to %s, want the local end of the forward", ip)
-			}
+			checkForeignTLS(t, env, s, pod, len(c.flags) > 0, c.mtls)
 		})
+	}
+}
+
+func checkForeignTLS(t *testing.T, env *fakeEnv, s *session, pod *corev1.Pod, secure, mtls bool) {
+	t.Helper()
+	if (s.sec.TLS != nil) != secure {
+		t.Fatalf("TLS %v, want %t", s.sec.TLS, secure)
+	}
+	if s.sec.TLS != nil && (len(s.sec.TLS.Certificates) == 1) != mtls {
+		t.Errorf("client certificate: %d, want mTLS %t", len(s.sec.TLS.Certificates), mtls)
+	}
+	// The member is dialled at its own name, with $(POD_NAME) expanded.
+	if _, err := s.connect(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	ep := env.dialled[0].Endpoints[0]
+	scheme := "http"
+	if secure {
+		scheme = "https"
+	}
+	if !strings.HasPrefix(ep, scheme+"://foreign.db.ns.svc:3") {
+		t.Errorf("endpoint %s: want the advertised host and the forwarded port", ep)
+	}
+	if ip, ok := env.dialled[0].Resolve("foreign.db.ns.svc"); !ok || ip != "127.0.0.1" {
+		t.Errorf("the advertised host resolves to %s, want the local end of the forward", ip)
 	}
 }
 

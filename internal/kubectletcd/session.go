@@ -196,8 +196,13 @@ func (s *session) connect(ctx context.Context, pod *corev1.Pod) (*conn, error) {
 	}
 	// The endpoint keeps the member's own host name, which its server
 	// certificate names, and only the port is the forwarded one; the
-	// dialer sends that host to the local end of the forward.
-	endpoint := fmt.Sprintf("%s://%s", u.Scheme, netJoin(u.Hostname(), local))
+	// dialer sends that host to the local end of the forward. The scheme
+	// follows the TLS found, not the advertised URL.
+	scheme := "http"
+	if s.sec.TLS != nil {
+		scheme = "https"
+	}
+	endpoint := fmt.Sprintf("%s://%s", scheme, netJoin(u.Hostname(), local))
 	cl, err := s.dial(ctx, etcd.Config{
 		Endpoints:   []string{endpoint},
 		TLS:         s.sec.TLS,

@@ -109,8 +109,10 @@ func (s *session) snapshotSource(ctx context.Context) (*memberState, error) {
 	switch {
 	case want == 0:
 		return nil, errors.New("no member follows a leader: the cluster has no quorum now; take the snapshot of one member with -p")
-	case st == nil || st.Status == nil:
-		return nil, fmt.Errorf("cannot read member %s: %v", etcd.FormatID(want), st.Err)
+	case st == nil:
+		return nil, fmt.Errorf("member %s is not in etcd's member list as read a moment ago: try again", etcd.FormatID(want))
+	case st.Status == nil:
+		return nil, fmt.Errorf("cannot read member %s: %w", st.name(), st.Err)
 	}
 	return st, nil
 }
