@@ -6,8 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
@@ -41,6 +44,20 @@ func TestStatusOfAClusterShowsEveryMemberAndFailsOnAnUnreadableOne(t *testing.T)
 }
 
 func fields(s string) []string { return strings.Fields(s) }
+
+func TestStatusShowsPodsEtcdDoesNotListWithoutFailing(t *testing.T) {
+	e := newFakeEtcd("c-a", "c-b")
+	gone := memberPod("c", "c-old", func(p *corev1.Pod) {
+		p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		p.Finalizers = []string{"test"}
+	})
+	env := newFakeEnv(t, e, cluster("c"), memberPod("c", "c-a"), memberPod("c", "c-b"), memberPod("c", "c-new"), gone)
+	code, out, errOut := env.run("status", "-c", "c")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[3], "-") || !strings.HasSuffix(lines[3], "not in etcd's member list") {
+		t.Errorf("exit %d, %q\n%s", code, errOut, out)
+	}
+}
 
 func TestStatusOutputs(t *testing.T) {
 	env := threeMembers(t)

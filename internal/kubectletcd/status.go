@@ -30,6 +30,9 @@ type StatusRow struct {
 	Errors           []string `json:"errors,omitempty"`
 	// Unreachable says why the member could not be read.
 	Unreachable string `json:"unreachable,omitempty"`
+	// NotMember marks a Pod of the cluster that etcd does not list: a
+	// member joining, or one removed whose Pod is still there.
+	NotMember bool `json:"notMember,omitempty"`
 }
 
 func (a *app) statusCommand() *cobra.Command {
@@ -128,14 +131,15 @@ func statusRow(st *memberState, alarms []etcd.Alarm) StatusRow {
 }
 
 // unlistedPods are rows for the cluster's Pods that etcd does not list: a
-// member whose join has not happened, or one etcd removed.
+// member whose join has not happened, or one etcd removed. Pods on their way
+// out are left out.
 func (s *session) unlistedPods(list *etcd.MemberList) []StatusRow {
 	var out []StatusRow
 	for name, p := range s.pods {
-		if slices.ContainsFunc(list.Members, func(m etcd.Member) bool { return m.Name == name }) {
+		if p.DeletionTimestamp != nil || slices.ContainsFunc(list.Members, func(m etcd.Member) bool { return m.Name == name }) {
 			continue
 		}
-		out = append(out, StatusRow{ID: "-", Name: name, Endpoint: advertisedClientURL(p, s.sec.TLS != nil), Unreachable: "not in etcd's member list"})
+		out = append(out, StatusRow{ID: "-", Name: name, Endpoint: advertisedClientURL(p, s.sec.TLS != nil), NotMember: true})
 	}
 	slices.SortFunc(out, func(a, b StatusRow) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -156,8 +160,12 @@ func statusTable(rows []StatusRow) table {
 		value:  rows,
 	}
 	for _, r := range rows {
-		if r.Unreachable != "" {
-			t.rows = append(t.rows, []string{r.ID, orDash(r.Name), orDash(r.Endpoint), "-", "-", "-", "-", "-", "-", yesNo(r.IsLearner), orDash(strings.Join(r.Alarms, ",")), "-", r.Unreachable})
+		if r.Unreachable != "" || r.NotMember {
+			why := r.Unreachable
+			if r.NotMember {
+				why = "not in etcd's member list"
+			}
+			t.rows = append(t.rows, []string{r.ID, orDash(r.Name), orDash(r.Endpoint), "-", "-", "-", "-", "-", "-", yesNo(r.IsLearner), orDash(strings.Join(r.Alarms, ",")), "-", why})
 			continue
 		}
 		t.rows = append(t.rows, []string{
@@ -171,15 +179,19 @@ func statusTable(rows []StatusRow) table {
 	return t
 }
 
+// unreadable fails the command when a member etcd lists could not be read.
 func unreadable(rows []StatusRow) error {
-	n := 0
+	n, members := 0, 0
 	for _, r := range rows {
+		if !r.NotMember {
+			members++
+		}
 		if r.Unreachable != "" {
 			n++
 		}
 	}
 	if n > 0 {
-		return fmt.Errorf("%d of %d members could not be read", n, len(rows))
+		return fmt.Errorf("%d of %d members could not be read", n, members)
 	}
 	return nil
 }

@@ -606,7 +606,7 @@ func requireOneLeader(t *testing.T, rows []kubectletcd.StatusRow, n int) kubectl
 func followerOf(t *testing.T, name string) string {
 	t.Helper()
 	for _, r := range pluginStatus(t, name) {
-		if !r.IsLeader && !r.IsLearner {
+		if !r.IsLeader && !r.IsLearner && !r.NotMember {
 			return r.Name
 		}
 	}
