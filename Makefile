@@ -1,5 +1,5 @@
 # etcd-operator. The two commands a newcomer needs:
-#   make sandbox   run the operator on a local Kubernetes without containers
+#   make sandbox   run the operator on a local Kubernetes (real kubelets, no container engine)
 #   make test      everything CI checks
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -27,8 +27,12 @@ help: ## Show the targets.
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build the pinned toolchain (Kubernetes, etcd, linter) from the module proxy; prints its bin directory.
+tools: ## Build the pinned toolchain (Kubernetes, etcd, containerd, CoreDNS, linter) from the module proxy; prints its bin directory.
 	@hack/tools.sh
+
+.PHONY: sandbox-deps
+sandbox-deps: ## Install the sandbox nodes' Debian packages (runc, CNI plugins, nftables) if missing.
+	@hack/sandbox-deps.sh
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code, CRDs and the operator's RBAC rules.
@@ -99,18 +103,20 @@ unit: ## Unit tests (no API server, no sandbox).
 test-api: tools ## CRD tests on a real kube-apiserver.
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 10m ./test/api/...
 
-# --- sandbox (a local Kubernetes without containers; needs root) ---------------
+# --- sandbox (a local Kubernetes with real nodes, no container engine; needs root)
+# The toolchain's bin directory comes first on PATH, so kubectl is the pinned one.
+TOOLS_ENV = ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" PATH="$$(hack/tools.sh --dir):$$PATH"
 .PHONY: sandbox-bin
 sandbox-bin: ## Build the sandbox binary into bin/sandbox.
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 
 .PHONY: sandbox
-sandbox: tools sandbox-bin image ## Run the operator on a local 3-node sandbox with a 3-member etcd cluster, and print what to try.
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" bin/sandbox up
-	hack/sandbox-install.sh .sandbox $(IMAGE_TAR)
+sandbox: tools sandbox-deps sandbox-bin image ## Run the operator on a local 3-node sandbox with a 3-member etcd cluster, and print what to try.
+	$(TOOLS_ENV) bin/sandbox up
+	$(TOOLS_ENV) hack/sandbox-install.sh .sandbox $(IMAGE_TAR)
 	@echo
 	@echo "The operator runs and etcd cluster 'example' is Available. Try:"
-	@echo "  export KUBECONFIG=$(CURDIR)/.sandbox/kubeconfig"
+	@echo "  export KUBECONFIG=$(CURDIR)/.sandbox/kubeconfig PATH=$$(hack/tools.sh --dir):\$$PATH"
 	@echo "  kubectl get etcdcluster,etcdmember,pods -o wide"
 	@echo "  kubectl exec example-<suffix> -- etcdctl put hello world       # any member Pod"
 	@echo "  kubectl scale etcdcluster/example --replicas=5                 # grow, one learner at a time"
@@ -124,16 +130,16 @@ sandbox-down: ## Stop the sandbox and remove everything it made (works after a c
 	@if [[ -x bin/sandbox ]]; then bin/sandbox down; else $(GO) run ./cmd/sandbox down; fi
 
 .PHONY: test-sandbox
-test-sandbox: tools ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 15m ./test/sandbox/...
+test-sandbox: tools sandbox-deps ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
+	$(TOOLS_ENV) $(GO) test -count=1 -timeout 20m ./test/sandbox/...
 
 .PHONY: test-e2e
-test-e2e: tools sandbox-bin image image-faults ## The operator's end-to-end suites on a sandbox of their own (needs root).
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 40m -parallel 4 ./test/e2e/...
+test-e2e: tools sandbox-deps sandbox-bin image image-faults ## The operator's end-to-end suites on a sandbox of their own (needs root).
+	$(TOOLS_ENV) $(GO) test -count=1 -timeout 40m -parallel 4 ./test/e2e/...
 
 .PHONY: bench
-bench: tools sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
+bench: tools sandbox-deps sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
+	$(TOOLS_ENV) $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
 
 .PHONY: test
 test: tools check-generate vet lint unit test-api test-sandbox test-e2e ## Everything CI checks.

@@ -14,7 +14,7 @@ ref=$("$here/bin/sandbox" image load --dir "$dir" "$tarball" | awk '/^loaded /{p
 echo "Installing the operator ($ref) with Helm"
 "$bin/helm" upgrade --install etcd-operator "$here/charts/etcd-operator" \
 	--namespace etcd-operator-system --create-namespace --wait --timeout 3m \
-	--set image.repository="${ref%:*}" --set image.tag="${ref##*:}" >/dev/null
+	--set image.repository="${ref%:*}" --set-string image.tag="${ref##*:}" >/dev/null
 
 echo "Creating examples/etcdcluster.yaml and waiting until it is Available"
 kubectl apply -f "$here/examples/etcdcluster.yaml" >/dev/null

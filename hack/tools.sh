@@ -5,11 +5,18 @@
 #   hack/tools.sh --dir      print the bin directory only (builds nothing)
 #
 # Layout under $ETCD_OPERATOR_TOOLS (default $HOME/.cache/etcd-operator/tools):
-#   kubernetes/v<ver>/{kube-apiserver,kube-controller-manager,kube-scheduler}
+#   kubernetes/v<ver>/{kube-apiserver,kube-controller-manager,kube-scheduler,
+#                      kubelet,kube-proxy,kubectl}
 #   etcd/v<ver>/{etcd,etcdctl,etcdutl}          one directory per supported release
+#   containerd/v<ver>/{containerd,containerd-shim-runc-v2,ctr}
+#   coredns/v<ver>/coredns                      only the plugins the sandbox uses
+#   pause/<source hash>/pause                   the sandbox's Pod sandbox process
 #   golangci-lint/v<ver>/golangci-lint
 #   helm/v<ver>/helm
 #   bin/                                        symlinks to the default versions
+#
+# The sandbox's nodes also need runc and the CNI plugins, which come from
+# Debian's packages: hack/sandbox-deps.sh installs them.
 #
 # Every tool is built in a temporary directory and renamed into place under a
 # lock, so concurrent runs and interrupted builds never leave a half-built tool.
@@ -25,6 +32,12 @@ read -r -a etcd_versions <<<"$ETCD_VERSIONS"
 default_etcd=${etcd_versions[0]}
 
 kube_dir=$root/kubernetes/v$KUBERNETES_VERSION
+kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+containerd_dir=$root/containerd/v$CONTAINERD_VERSION
+containerd_cmds=(containerd containerd-shim-runc-v2 ctr)
+coredns_dir=$root/coredns/v$COREDNS_VERSION
+pause_src=$here/../internal/sandbox/pause/main.go
+pause_dir=$root/pause/$(sha256sum "$pause_src" | cut -c1-12)
 lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
 helm_dir=$root/helm/v$HELM_VERSION
 
@@ -37,17 +50,21 @@ fi
 # no work and takes no lock.
 complete() {
 	local f
-	for f in "$kube_dir"/kube-{apiserver,controller-manager,scheduler} "$lint_dir/golangci-lint" "$helm_dir/helm"; do
+	for f in "${kube_cmds[@]/#/$kube_dir/}" "${containerd_cmds[@]/#/$containerd_dir/}" "$coredns_dir/coredns" \
+		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm"; do
 		[[ -x $f ]] || return 1
 	done
 	for v in "${etcd_versions[@]}"; do
 		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
 	done
-	for f in kube-apiserver kube-controller-manager kube-scheduler etcd etcdctl etcdutl golangci-lint helm; do
+	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm; do
 		[[ -x $bin/$f ]] || return 1
 	done
 	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
 	[[ $(readlink "$bin/kube-apiserver") == "$kube_dir/kube-apiserver" ]] || return 1
+	[[ $(readlink "$bin/containerd") == "$containerd_dir/containerd" ]] || return 1
+	[[ $(readlink "$bin/coredns") == "$coredns_dir/coredns" ]] || return 1
+	[[ $(readlink "$bin/pause") == "$pause_dir/pause" ]] || return 1
 	[[ $(readlink "$bin/golangci-lint") == "$lint_dir/golangci-lint" ]] || return 1
 	[[ $(readlink "$bin/helm") == "$helm_dir/helm" ]] || return 1
 }
@@ -94,8 +111,10 @@ build_kubernetes() {
 	local v=$KUBERNETES_VERSION mod=k8s.io/kubernetes@v$KUBERNETES_VERSION
 	local minor=${v#*.}
 	minor=${minor%%.*}
-	[[ -x $kube_dir/kube-apiserver && -x $kube_dir/kube-controller-manager && -x $kube_dir/kube-scheduler ]] && return
-	echo "tools: building kubernetes v$v control plane (several minutes on a cold cache)" >&2
+	local c missing=
+	for c in "${kube_cmds[@]}"; do [[ -x $kube_dir/$c ]] || missing=1; done
+	[[ -z $missing ]] && return
+	echo "tools: building kubernetes v$v (several minutes on a cold cache)" >&2
 	local w=$work/kubernetes
 	mkdir -p "$w/out"
 	gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$mod" 2>>"$log" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p') || true
@@ -111,10 +130,9 @@ build_kubernetes() {
 	local ld="-s -w -X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 	ld+=" -X k8s.io/client-go/pkg/version.gitVersion=v$v -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 	(cd "$w" && gobuild get "k8s.io/kubernetes/cmd/kube-apiserver@v$v") || fail "$mod"
-	# One build for the three commands: they share most packages, and their
-	# links run side by side.
-	(cd "$w" && gobuild build -trimpath -ldflags "$ld" -o out/ k8s.io/kubernetes/cmd/kube-apiserver \
-		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler) || fail "$mod"
+	# One build for every command: they share most packages, and their links
+	# run side by side.
+	(cd "$w" && gobuild build -trimpath -ldflags "$ld" -o out/ "${kube_cmds[@]/#/k8s.io/kubernetes/cmd/}") || fail "$mod"
 	install_dir "$w/out" "$kube_dir"
 }
 
@@ -132,6 +150,61 @@ build_etcd() {
 		go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3) || fail "go.etcd.io/etcd/server/v3@v$v"
 	mv "$w/out/server" "$w/out/etcd"
 	install_dir "$w/out" "$dir"
+}
+
+build_containerd() {
+	local v=$CONTAINERD_VERSION mod=github.com/containerd/containerd/v2
+	local c missing=
+	for c in "${containerd_cmds[@]}"; do [[ -x $containerd_dir/$c ]] || missing=1; done
+	[[ -z $missing ]] && return
+	echo "tools: building containerd v$v" >&2
+	local w=$work/containerd
+	mkdir -p "$w/out"
+	printf 'module etcd-operator.local/containerd-tools\n\ngo 1.26\n' >"$w/go.mod"
+	(cd "$w" && gobuild get "$mod@v$v") || fail "$mod@v$v"
+	# Static, and without the snapshotters that need C libraries or kernel
+	# features the sandbox does not use.
+	(cd "$w" && gobuild build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+		-ldflags "-s -w -X $mod/version.Version=v$v -X $mod/version.Package=$mod" \
+		-o out/ "${containerd_cmds[@]/#/$mod/cmd/}") || fail "$mod@v$v"
+	install_dir "$w/out" "$containerd_dir"
+}
+
+# build_coredns builds CoreDNS with the few plugins the sandbox's Corefile
+# uses: the stock command links every plugin (cloud DNS providers included)
+# and takes twice as long.
+build_coredns() {
+	local v=$COREDNS_VERSION mod=github.com/coredns/coredns
+	[[ -x $coredns_dir/coredns ]] && return
+	echo "tools: building coredns v$v" >&2
+	local w=$work/coredns p
+	mkdir -p "$w/out"
+	printf 'module etcd-operator.local/coredns-tools\n\ngo 1.26\n' >"$w/go.mod"
+	{
+		echo "// Command coredns is CoreDNS with the sandbox's plugins only."
+		echo "package main"
+		echo "import ("
+		echo "	\"$mod/coremain\""
+		echo "	_ \"$mod/core/dnsserver\""
+		for p in $COREDNS_PLUGINS; do echo "	_ \"$mod/plugin/$p\""; done
+		echo ")"
+		echo "func main() { coremain.Run() }"
+	} >"$w/main.go"
+	(cd "$w" && gobuild get "$mod@v$v") || fail "$mod@v$v"
+	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/coredns .) || fail "$mod@v$v"
+	install_dir "$w/out" "$coredns_dir"
+}
+
+# build_pause builds the sandbox's own pause process (the program that holds
+# a Pod's namespaces) from the repository, keyed by its source.
+build_pause() {
+	[[ -x $pause_dir/pause ]] && return
+	echo "tools: building the sandbox's pause" >&2
+	local w=$work/pause
+	mkdir -p "$w/out"
+	(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$w/out/pause" ./internal/sandbox/pause >>"$log" 2>&1) ||
+		fail "internal/sandbox/pause"
+	install_dir "$w/out" "$pause_dir"
 }
 
 build_golangci_lint() {
@@ -162,11 +235,17 @@ link() {
 
 build_kubernetes
 for v in "${etcd_versions[@]}"; do build_etcd "$v"; done
+build_containerd
+build_coredns
+build_pause
 build_golangci_lint
 build_helm
 
 mkdir -p "$bin"
-for c in kube-apiserver kube-controller-manager kube-scheduler; do link "$c" "$kube_dir/$c"; done
+for c in "${kube_cmds[@]}"; do link "$c" "$kube_dir/$c"; done
+for c in "${containerd_cmds[@]}"; do link "$c" "$containerd_dir/$c"; done
+link coredns "$coredns_dir/coredns"
+link pause "$pause_dir/pause"
 for c in etcd etcdctl etcdutl; do link "$c" "$root/etcd/v$default_etcd/$c"; done
 link golangci-lint "$lint_dir/golangci-lint"
 link helm "$helm_dir/helm"

@@ -221,15 +221,24 @@ type ObservedClusterSpec struct {
 
 // EtcdClusterStatus is the observed state of an etcd cluster.
 type EtcdClusterStatus struct {
-	// ReadyMembers counts running members whose Ready condition is True.
+	// ReadyMembers counts running voters whose Ready condition is True.
 	// +optional
 	ReadyMembers int32 `json:"readyMembers,omitempty"`
+	// UpdatedMembers counts running members made from the latched target
+	// (version, resources, options, scheduling, metadata, storage size) whose
+	// Pods run it: during a roll-out, how far it has come.
+	// +optional
+	UpdatedMembers int32 `json:"updatedMembers,omitempty"`
 	// Selector selects the member Pods; it backs the /scale subresource.
 	// +optional
 	Selector string `json:"selector,omitempty"`
 	// BrokenMembers counts members the operator found lost and is replacing.
 	// +optional
 	BrokenMembers int32 `json:"brokenMembers,omitempty"`
+	// ClusterVersion is etcd's cluster version (major.minor: the lowest
+	// minor every member runs), read after version changes.
+	// +optional
+	ClusterVersion string `json:"clusterVersion,omitempty"`
 	// ClusterID is etcd's cluster ID in 16-digit hex, latched once discovered.
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/daemon"
@@ -82,7 +80,8 @@ func image(ctx context.Context, args []string) error {
 	return usageError{"image add REF DIR | image load FILE | image list"}
 }
 
-// daemonCmd is the detached process `up` starts.
+// daemonCmd is the detached process `up` starts; by now it runs in the
+// sandbox's network namespace and its own mount namespace.
 func daemonCmd(args []string) error {
 	fs := flag.NewFlagSet("sandbox daemon", flag.ContinueOnError)
 	dir := fs.String("dir", "", "sandbox directory")
@@ -99,34 +98,5 @@ func daemonCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	self, err := stableCopy(in)
-	if err != nil {
-		return err
-	}
-	return daemon.Run(daemon.Options{Instance: in, ToolsBin: bin, Binary: self, MaxBackoff: *maxBackoff})
-}
-
-// stableCopy links (or copies) this binary into D/bin, so rebuilding
-// bin/sandbox while the sandbox runs never breaks container starts.
-func stableCopy(in *instance.Instance) (string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	dst := in.Path("bin", "sandbox")
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return "", err
-	}
-	_ = os.Remove(dst)
-	if err := os.Link(self, dst); err == nil {
-		return dst, nil
-	}
-	data, err := os.ReadFile(self)
-	if err != nil {
-		return "", err
-	}
-	start := time.Now()
-	err = os.WriteFile(dst, data, 0o755)
-	slog.Info("Copied the sandbox binary for container starts", "path", dst, "took", time.Since(start))
-	return dst, err
+	return daemon.Run(daemon.Options{Instance: in, ToolsBin: bin, MaxBackoff: *maxBackoff})
 }

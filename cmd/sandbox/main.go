@@ -1,6 +1,8 @@
-// Command sandbox runs a local Kubernetes without containers: a real
-// control plane, process nodes that run Pods as namespaced processes, DNS
-// through hosts files, directory-backed storage and fault injection.
+// Command sandbox runs a local Kubernetes without a container engine: a
+// real control plane, real nodes (a kubelet and containerd each, Pods on CNI
+// bridges), kube-proxy, CoreDNS, directory-backed storage and fault
+// injection, all in a network namespace, a mount namespace and a cgroup of
+// its own.
 //
 //	sandbox up [--dir D] [--nodes N] [--name ID] [--pod-cidr CIDR] [--max-backoff 5m]
 //	sandbox down [--dir D] [--name ID]
@@ -21,7 +23,7 @@ import (
 	"syscall"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/container"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/namespace"
 )
 
 const usage = `usage: sandbox COMMAND [flags]
@@ -31,21 +33,16 @@ const usage = `usage: sandbox COMMAND [flags]
   status    show the running sandbox
   fault     kill NS/POD [CONTAINER] | stop-node NODE | start-node NODE |
             partition NS/POD | heal NS/POD | wipe NS/PVC
-  image     add REF DIR | load FILE | list
+  image     add REF DIR | load FILE | list   (imported into every node)
 
 Every command takes --dir (default <repo>/.sandbox). Run "sandbox COMMAND -h" for its flags.
 `
 
 func main() {
-	if len(os.Args) > 2 && os.Args[1] == "container-init" {
-		err := container.RunInit(os.Args[2])
-		fmt.Fprintln(os.Stderr, "container-init:", err)
-		os.Exit(container.StartErrorCode)
-	}
-	if len(os.Args) > 2 && os.Args[1] == "exec-init" {
-		err := container.RunExec(os.Args[2])
-		fmt.Fprintln(os.Stderr, "exec:", err)
-		os.Exit(126)
+	if enteringNetns() {
+		err := namespace.ReexecInNetns()
+		fmt.Fprintln(os.Stderr, "sandbox daemon:", err)
+		os.Exit(1)
 	}
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
 		fmt.Fprint(os.Stderr, usage)
@@ -108,7 +105,7 @@ func up(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")
 	fs.StringVar(&cfg.Name, "name", "", "instance id, 1-6 of [a-z0-9] (default derived from --dir)")
 	fs.StringVar(&cfg.PodCIDR, "pod-cidr", "", "IPv4 /16 for Pod IPs (default a free 10.x.0.0/16 derived from the name)")
-	fs.DurationVar(&cfg.MaxBackoff, "max-backoff", 0, "cap of CrashLoopBackOff and ImagePullBackOff (default 5m, like the kubelet)")
+	fs.DurationVar(&cfg.MaxBackoff, "max-backoff", 0, "cap of CrashLoopBackOff (default the kubelet's 5m)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "how long to wait for the nodes (default 5m)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
@@ -172,7 +169,7 @@ func status(ctx context.Context, args []string) error {
 		if !n.Running {
 			run = "stopped"
 		}
-		fmt.Printf("  %s: %s, kubelet port %d\n", n.Name, run, n.Port)
+		fmt.Printf("  %s: %s, kubelet at %s\n", n.Name, run, n.Address)
 	}
 	fmt.Printf("  images: %s\n", strings.Join(st.Images, ", "))
 	return nil

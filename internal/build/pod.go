@@ -49,7 +49,7 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 			Name:      m.Name,
 			Namespace: m.Namespace,
 			Labels:    WithExtra(podLabels(m), ExtraLabels(m.Spec.AdditionalMetadata)),
-			Annotations: WithExtra(map[string]string{AnnotationInitialClusterState: state},
+			Annotations: WithExtra(map[string]string{AnnotationInitialClusterState: state, AnnotationTemplateHash: TemplateHash(m)},
 				ExtraAnnotations(m.Spec.AdditionalMetadata)),
 			OwnerReferences: []metav1.OwnerReference{MemberOwner(m)},
 		},
@@ -163,7 +163,7 @@ func EtcdCommand(m *v1alpha2.EtcdMember) []string {
 		"--initial-cluster-token=" + m.Spec.ClusterToken,
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
 	}
-	cmd = append(cmd, optionFlags(m.Spec.Options)...)
+	cmd = append(cmd, optionFlags(m.Spec.Options, m.Annotations[AnnotationSnapshotCount])...)
 	return append(cmd, tlsFlags(m)...)
 }
 
@@ -171,11 +171,15 @@ func clientTLS(m *v1alpha2.EtcdMember) bool {
 	return m.Spec.TLS != nil && m.Spec.TLS.ClientServerSecretRef != nil
 }
 
-func optionFlags(o *v1alpha2.EtcdOptions) []string {
-	if o == nil {
-		return nil
-	}
+func optionFlags(o *v1alpha2.EtcdOptions, snapshotCount string) []string {
 	var out []string
+	if snapshotCount != "" {
+		// The operator's own override wins over the user's option.
+		out = append(out, "--snapshot-count="+snapshotCount)
+	}
+	if o == nil {
+		return out
+	}
 	if o.QuotaBackendBytes != nil {
 		out = append(out, fmt.Sprintf("--quota-backend-bytes=%d", *o.QuotaBackendBytes))
 	}
@@ -185,7 +189,7 @@ func optionFlags(o *v1alpha2.EtcdOptions) []string {
 	if o.AutoCompactionRetention != "" {
 		out = append(out, "--auto-compaction-retention="+o.AutoCompactionRetention)
 	}
-	if o.SnapshotCount != nil {
+	if o.SnapshotCount != nil && snapshotCount == "" {
 		out = append(out, fmt.Sprintf("--snapshot-count=%d", *o.SnapshotCount))
 	}
 	return out

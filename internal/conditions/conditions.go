@@ -3,6 +3,8 @@
 package conditions
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +51,14 @@ const (
 	// ReasonNotImplemented: the spec asks for something this operator
 	// version does not do yet.
 	ReasonNotImplemented = "NotImplemented"
+	// ReasonRollingOut: members are being restarted (or replaced) one at a
+	// time onto the latched target.
+	ReasonRollingOut = "RollingOut"
+	// ReasonVersionChangeRefused: the asked etcd version cannot be reached
+	// from the running one; the message says what can.
+	ReasonVersionChangeRefused = "VersionChangeRefused"
+	// ReasonRollOutStuck: a restarted member did not come back in time.
+	ReasonRollOutStuck = "RollOutStuck"
 	// ReasonStorageTooSmall is a Warning Event: a memory-backed data
 	// directory too small for etcd's write-ahead log and database quota.
 	ReasonStorageTooSmall = "StorageTooSmall"
@@ -58,6 +68,9 @@ const (
 const (
 	Ready          = "Ready"
 	VersionDrifted = "VersionDrifted"
+	// StorageResized is False while a member's claim grows to a larger
+	// storage.size, or cannot; True once it has.
+	StorageResized = "StorageResized"
 	// Lost is True when the member cannot come back as itself (its tmpfs Pod
 	// is gone, its data directory was lost, its node is gone); the cluster
 	// controller replaces it when quorum allows.
@@ -66,30 +79,39 @@ const (
 
 // EtcdMember reasons.
 const (
-	ReasonPodReady            = "PodReady"
-	ReasonPodNotReady         = "PodNotReady"
-	ReasonPending             = "Pending"
-	ReasonDiscoveringMemberID = "DiscoveringMemberID"
-	ReasonVersionMatched      = "VersionMatched"
-	ReasonVersionMismatch     = "VersionMismatch"
-	ReasonPodLost             = "PodLost"
-	ReasonDataDirLost         = "DataDirLost"
-	ReasonNodeLost            = "NodeLost"
-	ReasonNotLost             = "Running"
-	ReasonRemovalRefused      = "RemovalRefused"
+	ReasonPodReady              = "PodReady"
+	ReasonPodNotReady           = "PodNotReady"
+	ReasonPending               = "Pending"
+	ReasonDiscoveringMemberID   = "DiscoveringMemberID"
+	ReasonVersionMatched        = "VersionMatched"
+	ReasonVersionMismatch       = "VersionMismatch"
+	ReasonPodLost               = "PodLost"
+	ReasonDataDirLost           = "DataDirLost"
+	ReasonNodeLost              = "NodeLost"
+	ReasonNotLost               = "Running"
+	ReasonRemovalRefused        = "RemovalRefused"
+	ReasonResizing              = "Resizing"
+	ReasonResized               = "Resized"
+	ReasonExpansionNotSupported = "ExpansionNotSupported"
 )
 
 // Set records a condition with the object's generation; the transition time
-// only moves when the status does.
-func Set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
+// (now, from the controller's clock) only moves when the status does.
+func Set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string, now time.Time) {
 	meta.SetStatusCondition(conds, metav1.Condition{
 		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+		LastTransitionTime: metav1.NewTime(now),
 	})
 }
 
 // IsTrue reports whether the condition is present and True.
 func IsTrue(conds []metav1.Condition, typ string) bool {
 	return meta.IsStatusConditionTrue(conds, typ)
+}
+
+// IsFalse reports whether the condition is present and False.
+func IsFalse(conds []metav1.Condition, typ string) bool {
+	return meta.IsStatusConditionFalse(conds, typ)
 }
 
 // Get returns the condition of the type, or nil.

@@ -2,9 +2,12 @@ package etcd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -37,7 +40,7 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 	if err != nil {
 		return nil, classify(fmt.Errorf("connecting to %v: %w", cfg.Endpoints, err))
 	}
-	return &client{c: c}, nil
+	return &client{c: c, cfg: cfg}, nil
 }
 
 // ResolvingDialer connects to the address resolve knows for a host, and to
@@ -56,7 +59,10 @@ func ResolvingDialer(resolve func(host string) (string, bool)) func(context.Cont
 	}
 }
 
-type client struct{ c *clientv3.Client }
+type client struct {
+	c   *clientv3.Client
+	cfg Config
+}
 
 var _ Client = (*client)(nil)
 
@@ -99,7 +105,7 @@ func (c *client) Status(ctx context.Context, endpoint string) (*Status, error) {
 	if err != nil {
 		return nil, classify(err)
 	}
-	return &Status{
+	st := &Status{
 		ClusterID:        resp.Header.ClusterId,
 		MemberID:         resp.Header.MemberId,
 		Leader:           resp.Leader,
@@ -111,7 +117,61 @@ func (c *client) Status(ctx context.Context, endpoint string) (*Status, error) {
 		DBSize:           resp.DbSize,
 		DBSizeInUse:      resp.DbSizeInUse,
 		Errors:           resp.Errors,
-	}, nil
+	}
+	if d := resp.DowngradeInfo; d != nil && d.Enabled {
+		st.DowngradeTarget = d.TargetVersion
+	}
+	return st, nil
+}
+
+// ClusterVersion reads the member's /version document over its client URL,
+// with the client's TLS and address resolution.
+func (c *client) ClusterVersion(ctx context.Context, endpoint string) (string, error) {
+	var dial func(context.Context, string, string) (net.Conn, error)
+	if c.cfg.Resolve != nil {
+		rd := ResolvingDialer(c.cfg.Resolve)
+		dial = func(ctx context.Context, _, addr string) (net.Conn, error) { return rd(ctx, addr) }
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c.cfg.TLS, DialContext: dial}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/version", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("reading the version of %s: %w", endpoint, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var v struct {
+		Cluster string `json:"etcdcluster"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("reading the version of %s: status %d: %w", endpoint, resp.StatusCode, err)
+	}
+	return minorOf(v.Cluster), nil
+}
+
+// minorOf turns "3.6.0" into "3.6".
+func minorOf(v string) string {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
+}
+
+func (c *client) Downgrade(ctx context.Context, action DowngradeAction, version string) (string, error) {
+	a := map[DowngradeAction]clientv3.DowngradeAction{
+		DowngradeValidate: clientv3.DowngradeValidate,
+		DowngradeEnable:   clientv3.DowngradeEnable,
+		DowngradeCancel:   clientv3.DowngradeCancel,
+	}[action]
+	resp, err := c.c.Downgrade(ctx, a, version)
+	if err != nil {
+		return "", classify(err)
+	}
+	return minorOf(resp.Version), nil
 }
 
 func (c *client) MoveLeader(ctx context.Context, transferee uint64) error {

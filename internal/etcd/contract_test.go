@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ var scenarios = []scenario{
 	{"no leader without a quorum", noLeaderWithoutQuorum},
 	{"leadership moves only through the leader to a voter", moveLeader},
 	{"member list and status", memberListAndStatus},
+	{"cluster version and the downgrade API", clusterVersionAndDowngrade},
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -295,6 +297,45 @@ func memberListAndStatus(t *testing.T, c testCluster) {
 			t.Errorf("the started learner is listed as %+v", m)
 		}
 	}
+}
+
+func clusterVersionAndDowngrade(t *testing.T, c testCluster) {
+	c.start(t, "m0")
+	via := c.client(t, "m0")
+	var cv string
+	c.eventually(t, "a cluster version", func() (bool, string) {
+		var err error
+		cv, err = via.ClusterVersion(ctxT(t), c.clientURL("m0"))
+		return err == nil && strings.Count(cv, ".") == 1, fmt.Sprint(cv, err)
+	})
+	major, minor, _ := strings.Cut(cv, ".")
+	below := func(n int) string {
+		m, _ := strconv.Atoi(minor)
+		return fmt.Sprintf("%s.%d.0", major, m-n)
+	}
+	if _, err := via.Downgrade(ctxT(t), etcd.DowngradeValidate, below(2)); err == nil {
+		t.Errorf("a downgrade two minors below %s validated", cv)
+	}
+	if _, err := via.Downgrade(ctxT(t), etcd.DowngradeValidate, below(1)); err != nil {
+		t.Fatalf("a downgrade one minor below %s: %v", cv, err)
+	}
+	if _, err := via.Downgrade(ctxT(t), etcd.DowngradeEnable, below(1)); err != nil {
+		t.Fatalf("enabling a downgrade: %v", err)
+	}
+	c.eventually(t, "the downgrade in status", func() (bool, string) {
+		st, err := via.Status(ctxT(t), c.clientURL("m0"))
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.HasPrefix(st.DowngradeTarget, strings.TrimSuffix(below(1), ".0")), st.DowngradeTarget
+	})
+	if _, err := via.Downgrade(ctxT(t), etcd.DowngradeCancel, ""); err != nil {
+		t.Fatalf("cancelling the downgrade: %v", err)
+	}
+	c.eventually(t, "the cluster version back", func() (bool, string) {
+		got, err := via.ClusterVersion(ctxT(t), c.clientURL("m0"))
+		return err == nil && got == cv, fmt.Sprint(got, err)
+	})
 }
 
 // --- the fake -----------------------------------------------------------

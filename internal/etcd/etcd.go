@@ -41,7 +41,20 @@ type Status struct {
 	DBSize           int64
 	DBSizeInUse      int64
 	Errors           []string
+	// DowngradeTarget is the version a downgrade in progress goes to (etcd
+	// 3.6 and later), empty when none is.
+	DowngradeTarget string
 }
+
+// DowngradeAction is one step of etcd's downgrade API (3.6 and later).
+type DowngradeAction int
+
+// The downgrade steps.
+const (
+	DowngradeValidate DowngradeAction = iota
+	DowngradeEnable
+	DowngradeCancel
+)
 
 // Client is every etcd call the operator makes.
 type Client interface {
@@ -53,6 +66,13 @@ type Client interface {
 	MemberRemove(ctx context.Context, id uint64) error
 	// Status asks one endpoint (a client URL) about itself.
 	Status(ctx context.Context, endpoint string) (*Status, error)
+	// ClusterVersion returns etcd's cluster version (major.minor: the
+	// lowest every member runs, or a downgrade's target) as the member at
+	// the endpoint (a client URL) knows it.
+	ClusterVersion(ctx context.Context, endpoint string) (string, error)
+	// Downgrade validates, enables or cancels a downgrade of the cluster
+	// version to the minor of version, and returns the cluster version.
+	Downgrade(ctx context.Context, action DowngradeAction, version string) (string, error)
 	// MoveLeader asks the leader to hand its leadership to the transferee.
 	// etcd accepts it only from the leader itself: the client must be
 	// dialled to the leader's endpoint alone, or it gets ErrNotLeader.

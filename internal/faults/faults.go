@@ -155,6 +155,16 @@ func (c *etcdClient) MoveLeader(ctx context.Context, transferee uint64) error {
 	return c.l.call(true, func() error { return c.Client.MoveLeader(ctx, transferee) })
 }
 
+func (c *etcdClient) Downgrade(ctx context.Context, action etcd.DowngradeAction, version string) (string, error) {
+	var out string
+	err := c.l.call(action != etcd.DowngradeValidate, func() error {
+		var err error
+		out, err = c.Client.Downgrade(ctx, action, version)
+		return err
+	})
+	return out, err
+}
+
 func (c *etcdClient) EnableRootAuth(ctx context.Context, password string) error {
 	return c.l.call(true, func() error { return c.Client.EnableRootAuth(ctx, password) })
 }

@@ -298,6 +298,14 @@ func (c *fakeClient) EnableRootAuth(context.Context, string) error {
 	return errors.New("not used by the plugin")
 }
 
+func (c *fakeClient) ClusterVersion(context.Context, string) (string, error) {
+	return "", errors.New("not used by the plugin")
+}
+
+func (c *fakeClient) Downgrade(context.Context, etcd.DowngradeAction, string) (string, error) {
+	return "", errors.New("not used by the plugin")
+}
+
 func (c *fakeClient) Close() error { return nil }
 
 func (c *fakeClient) Defragment(context.Context, string) error {

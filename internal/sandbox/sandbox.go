@@ -1,7 +1,8 @@
-// Package sandbox is the Go API of the local Kubernetes without containers
-// that the end-to-end tests stand on: Up starts a sandbox (through the
-// sandbox binary, which detaches a daemon), Open attaches to a running one,
-// and the methods inject faults and register images.
+// Package sandbox is the Go API of the local Kubernetes, with real kubelets
+// and containerd but no container engine, that the end-to-end tests stand
+// on: Up starts a sandbox (through the sandbox binary, which detaches a
+// daemon), Open attaches to a running one, and the methods inject faults and
+// import images.
 package sandbox
 
 import (
@@ -21,11 +22,13 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/sandbox/cleanup"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/control"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/namespace"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/network"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
 
 // ErrNotRoot is returned by everything that changes the host.
-var ErrNotRoot = errors.New("the sandbox must run as root: it creates network namespaces, a bridge and mounts (try sudo)")
+var ErrNotRoot = errors.New("the sandbox must run as root: it creates network namespaces, cgroups and mounts, and runs kubelets (try sudo)")
 
 // Config describes a sandbox. Zero values take the defaults.
 type Config struct {
@@ -34,7 +37,7 @@ type Config struct {
 	Name    string // default derived from Dir
 	PodCIDR string // default a free 10.x.0.0/16 derived from Name
 	Binary  string // default <repo>/bin/sandbox
-	// MaxBackoff caps CrashLoopBackOff (default 5m like the kubelet).
+	// MaxBackoff caps CrashLoopBackOff (default the kubelet's 5m).
 	MaxBackoff time.Duration
 	// Timeout bounds Up (default 5m).
 	Timeout time.Duration
@@ -141,11 +144,18 @@ func prepare(ctx context.Context, cfg Config) (*instance.Instance, error) {
 	if err := in.Save(); err != nil {
 		return nil, err
 	}
-	return in, os.MkdirAll(in.LogDir(), 0o755)
+	if err := os.MkdirAll(in.LogDir(), 0o755); err != nil {
+		return nil, err
+	}
+	if err := network.Create(ctx, in); err != nil {
+		return nil, fmt.Errorf("creating the sandbox's network namespace: %w", err)
+	}
+	return in, nil
 }
 
 // startDaemon runs `sandbox daemon` detached (its own session, output to
-// D/logs/daemon.log); the returned channel closes when it exits.
+// D/logs/daemon.log) in a new mount namespace; it joins the sandbox's
+// network namespace itself. The returned channel closes when it exits.
 func startDaemon(cfg Config, in *instance.Instance) (<-chan struct{}, error) {
 	if _, err := os.Stat(cfg.Binary); err != nil {
 		return nil, fmt.Errorf("sandbox binary %s: %w (run `make sandbox-bin`)", cfg.Binary, err)
@@ -164,10 +174,10 @@ func startDaemon(cfg Config, in *instance.Instance) (<-chan struct{}, error) {
 		args = append(args, "--max-backoff", cfg.MaxBackoff.String())
 	}
 	cmd := exec.Command(cfg.Binary, args...)
-	cmd.Env = append(os.Environ(), in.Marker(), "ETCD_OPERATOR_TOOLS_BIN="+bin)
+	cmd.Env = append(os.Environ(), in.Marker(), "ETCD_OPERATOR_TOOLS_BIN="+bin, namespace.NetnsEnv+"="+network.NetnsPath(in))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWNS}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the sandbox daemon: %w", err)
 	}
@@ -217,7 +227,7 @@ func tail(path string, n int) string {
 }
 
 // hostOverlaps reports whether p overlaps a route or address of the host,
-// so a sandbox never shadows a real network (or another sandbox's bridge).
+// so a sandbox never shadows a real network (or another sandbox).
 func hostOverlaps(p netip.Prefix) bool {
 	ifaces, _ := net.Interfaces()
 	for _, iface := range ifaces {

@@ -132,6 +132,14 @@ var celCases = []celCase{
 	{name: "member storage shrink", kind: member, spec: memberMin, update: strings.Replace(memberMin, "1Gi", "512Mi", 1), reject: "storage.size cannot shrink"},
 	{name: "member storage medium change", kind: member, spec: memberMin, update: strings.Replace(memberMin, "{size: 1Gi}", "{size: 1Gi, medium: Memory}", 1), reject: "storage.medium is immutable"},
 	{name: "member dormant toggles", kind: member, spec: memberMin, update: memberMin + "\ndormant: true"},
+	// The member's identity in etcd cannot change.
+	{name: "member cluster name is fixed", kind: member, spec: memberMin, update: strings.Replace(memberMin, "clusterName: c", "clusterName: d", 1), reject: "clusterName cannot change"},
+	{name: "member service name set once", kind: member, spec: memberMin, update: memberMin + "\nserviceName: c"},
+	{name: "member service name fixed once set", kind: member, spec: memberMin + "\nserviceName: c", update: memberMin + "\nserviceName: elsewhere", reject: "serviceName is part of the member's identity"},
+	{name: "member service name not removed", kind: member, spec: memberMin + "\nserviceName: c", update: memberMin, reject: "serviceName is part of the member's identity"},
+	{name: "member tls fixed", kind: member, spec: memberMin + "\ntls: {peerSecretRef: {name: p}}", update: memberMin + "\ntls: {peerSecretRef: {name: q}}", reject: "tls is part of the member's identity"},
+	{name: "member tls not added", kind: member, spec: memberMin, update: memberMin + "\ntls: {peerSecretRef: {name: p}}", reject: "tls is part of the member's identity"},
+	{name: "member version may change (a roll-out)", kind: member, spec: memberMin, update: strings.Replace(memberMin, "3.6.16", "3.7.3", 1)},
 
 	// EtcdSnapshot: destination one-of and required fields.
 	{name: "snapshot to s3", kind: snapshot, spec: snapS3},

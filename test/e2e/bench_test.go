@@ -98,6 +98,11 @@ func TestBench(t *testing.T) {
 	for _, r := range leaderRemoval(t, ns) {
 		add(r)
 	}
+	for _, n := range []int32{3, 5} {
+		for _, r := range rollingUpgrade(t, ns, n) {
+			add(r)
+		}
+	}
 	for _, r := range probeCost(t, ns) {
 		add(r)
 	}
@@ -233,6 +238,33 @@ func leaderRemoval(t *testing.T, ns string) []result {
 		row("leader removed by the operator (hand-over): longest write stall", with.Seconds(), "s", "≤ one election timeout (1 s)", limit).withStall(with),
 		row("leader removed directly through etcd (no hand-over): longest write stall", without.Seconds(), "s", "(for comparison)", 0).withStall(without),
 	}
+}
+
+// rollingUpgrade upgrades a cluster through every minor with a writer and
+// reports, per step, the time to reconciled and the longest write stall
+// (DESIGN.md: one election per member at most, the leader's avoided by the
+// hand-over, so a stall within one election timeout).
+func rollingUpgrade(t *testing.T, ns string, n int32) []result {
+	name := fmt.Sprintf("upgrade%d", n)
+	newCluster(t, ns, name, n, func(c *v1alpha2.EtcdCluster) { c.Spec.Version = upgradePath[0] })
+	waitReconciled(t, ns, name, int(n), 5*time.Minute)
+	defer func() { _ = k.Delete(context.Background(), getCluster(t, ns, name)) }()
+	w := startWriter(t, ns, name)
+	defer w.halt()
+	w.requireWritesAfter("", 5, time.Minute)
+	var rows []result
+	from := upgradePath[0]
+	for _, v := range upgradePath[1:] {
+		start := time.Now()
+		stall := rollTo(t, w, ns, name, int(n), v)
+		rows = append(rows, row(fmt.Sprintf("rolling upgrade of %d members %s → %s → reconciled", n, from, v), time.Since(start).Seconds(), "s",
+			"stall ≤ one election timeout (1 s)", 0).withStall(stall))
+		rows = append(rows, row(fmt.Sprintf("rolling upgrade of %d members %s → %s: longest write stall", n, from, v), stall.Seconds(), "s",
+			"≤ one election timeout (1 s)", electionTimeout.Seconds()))
+		from = v
+	}
+	w.verify("to " + upgradePath[len(upgradePath)-1] + " done")
+	return rows
 }
 
 // probeCost compares the readiness probe's endpoint with the plain /health

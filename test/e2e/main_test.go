@@ -143,7 +143,8 @@ func setUp(ctx context.Context, tmp string) error {
 var suiteNamespaces = []string{
 	"e2e-bootstrap", "e2e-scale", "e2e-pause", "e2e-tmpfs", "e2e-dataloss", "e2e-nodeloss",
 	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-tls", "e2e-bench",
-	"e2e-leader", "e2e-clientservice", "e2e-claimloss", "e2e-concurrent", "e2e-nsdelete", kubectlNS,
+	"e2e-leader", "e2e-clientservice", "e2e-claimloss", "e2e-concurrent", "e2e-nsdelete",
+	"e2e-upgrade", "e2e-versions", "e2e-settings", "e2e-rollstuck", kubectlNS,
 }
 
 // installOperator installs the chart as a release in ns. Only the first
@@ -157,7 +158,7 @@ func installOperatorImage(img, release, ns string, crds bool, env map[string]str
 	repo, tag, _ := strings.Cut(img, ":")
 	args := []string{"upgrade", "--install", release, filepath.Join(tools.RepoRoot(), "charts", "etcd-operator"),
 		"--namespace", ns, "--create-namespace", "--wait", "--timeout", "3m",
-		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
+		"--set", "image.repository=" + repo, "--set-string", "image.tag=" + tag,
 		"--set", fmt.Sprintf("crds.enabled=%t", crds), "--set", "manager.logLevel=debug"}
 	for i, w := range watch {
 		args = append(args, "--set", fmt.Sprintf("manager.watchNamespaces[%d]=%s", i, w))

@@ -28,9 +28,11 @@ func TestOwnTLSSecrets(t *testing.T) {
 	ns := namespace(t, "e2e-tls")
 	const name = "secure"
 	ca := newCA(t)
-	domains := []string{"*." + name + "." + ns + ".svc", name + "-client." + ns + ".svc", "localhost"}
+	// etcd checks a peer's client certificate against the reverse lookup of
+	// its address, which cluster DNS answers with the cluster.local name.
+	domains := []string{"*." + name + "." + ns + ".svc", "*." + name + "." + ns + ".svc.cluster.local", name + "-client." + ns + ".svc", "localhost"}
 	server := ca.issue(t, "server", domains, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
-	peer := ca.issue(t, "peer", domains[:1], []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
+	peer := ca.issue(t, "peer", domains[:2], []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
 	operator := ca.issue(t, "operator", nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
 	for secret, kp := range map[string]keyPair{"server-tls": server, "peer-tls": peer, "operator-tls": operator} {
 		createTLSSecret(t, ns, secret, kp, ca.certPEM)

@@ -19,18 +19,22 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
 )
 
-// TestDownLeavesNothing: `down` removes every process, network namespace,
-// link, mount and directory of a sandbox, both after a clean run and after
-// the daemon was killed (a crash); a second `down` succeeds. Its sandboxes
-// run beside the suite's, which also shows two instances coexist.
+// TestDownLeavesNothing: `down` removes every process (containers
+// included), cgroup, network namespace, link, mount and directory of a
+// sandbox and leaves the host's nftables rules and kernel settings as they
+// were, both after a clean run and after the daemon was killed (a crash); a
+// second `down` succeeds. Its sandboxes run beside the suite's, which also
+// shows two instances coexist.
 func TestDownLeavesNothing(t *testing.T) {
 	t.Parallel()
 	for _, crash := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "sb")
 			ctx := context.Background()
+			before := hostState(t)
 			s, err := sandbox.Up(ctx, sandbox.Config{Dir: dir, Nodes: 1, Binary: binary})
 			if err != nil {
 				t.Fatal(err)
@@ -47,7 +51,10 @@ func TestDownLeavesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatalf("sandbox down: %v\n%s", err, out)
 			}
-			assertNothingLeft(t, dir, in.Name, in.BridgeName())
+			assertNothingLeft(t, dir, &in)
+			if after := hostState(t); after != before {
+				t.Errorf("the host's nftables rules or kernel settings changed:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
 			if out, err := exec.Command(binary, "down", "--dir", dir).CombinedOutput(); err != nil {
 				t.Fatalf("a second down failed: %v\n%s", err, out)
 			}
@@ -113,27 +120,31 @@ func daemonPID(t *testing.T, dir string) int {
 }
 
 // assertNothingLeft checks the host independently of the sandbox's own
-// cleanup code: /run/netns, /sys/class/net, /proc/self/mountinfo, /proc.
-func assertNothingLeft(t *testing.T, dir, name, bridge string) {
+// cleanup code: /run/netns, /sys/class/net, the cgroup hierarchies,
+// /proc/self/mountinfo, /proc.
+func assertNothingLeft(t *testing.T, dir string, in *instance.Instance) {
 	t.Helper()
-	for _, ns := range dirEntries("/run/netns") {
-		if strings.HasPrefix(ns, "sbx-"+name+"-") {
-			t.Errorf("network namespace %s left behind", ns)
-		}
+	if _, err := os.Stat(filepath.Join("/run/netns", in.NetnsName())); err == nil {
+		t.Errorf("network namespace %s left behind", in.NetnsName())
 	}
-	for _, l := range dirEntries("/sys/class/net") {
-		if l == bridge || strings.HasPrefix(l, "sv"+name+"-") {
-			t.Errorf("link %s left behind", l)
+	if _, err := os.Stat(filepath.Join("/sys/class/net", in.HostLink())); err == nil {
+		t.Errorf("link %s left behind", in.HostLink())
+	}
+	for _, hierarchy := range dirEntries("/sys/fs/cgroup") {
+		for _, root := range []string{filepath.Join("/sys/fs/cgroup", hierarchy), "/sys/fs/cgroup"} {
+			if _, err := os.Stat(filepath.Join(root, in.CgroupName())); err == nil {
+				t.Errorf("cgroup %s left behind", filepath.Join(root, in.CgroupName()))
+			}
 		}
 	}
 	for _, mp := range mountPoints(t) {
-		if strings.HasPrefix(mp, dir) || strings.Contains(mp, "sbx-"+name+"-") {
+		if strings.HasPrefix(mp, dir) {
 			t.Errorf("mount %s left behind", mp)
 		}
 	}
 	for _, pid := range dirEntries("/proc") {
 		env, err := os.ReadFile(filepath.Join("/proc", pid, "environ"))
-		if err == nil && strings.Contains(string(env), "SANDBOX_INSTANCE="+name+"\x00") {
+		if err == nil && strings.Contains(string(env), "SANDBOX_INSTANCE="+in.Name+"\x00") {
 			cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
 			t.Errorf("process %s left behind: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
@@ -141,6 +152,27 @@ func assertNothingLeft(t *testing.T, dir, name, bridge string) {
 	if _, err := os.Stat(dir); err == nil {
 		t.Errorf("directory %s left behind", dir)
 	}
+}
+
+// hostState is what a sandbox must not change on the host: its nftables
+// rules and the kernel settings the kubelet would set.
+func hostState(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("nft", "list", "ruleset").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list ruleset: %v: %s", err, out)
+	}
+	var b strings.Builder
+	b.Write(out)
+	for _, f := range []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+		"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward"} {
+		v, err := os.ReadFile(filepath.Join("/proc/sys", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s=%s", f, v)
+	}
+	return b.String()
 }
 
 func dirEntries(dir string) []string {

@@ -7,7 +7,7 @@ import (
 )
 
 // TestEtcdClusterOnClaims: three etcd Pods behind a headless Service find
-// each other through the hosts files, form a cluster that answers `etcdctl
+// each other through CoreDNS, form a cluster that answers `etcdctl
 // member list` through kubectl exec, and a member deleted and recreated on
 // its claim comes back with its data.
 func TestEtcdClusterOnClaims(t *testing.T) {

@@ -61,7 +61,8 @@ func TestJobTerminationMessage(t *testing.T) {
 		p.Spec.Containers[0].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	}))
 	failed := waitPod(t, ns, "fails", 30*time.Second, "Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
-	if term := failed.Status.ContainerStatuses[0].State.Terminated; term.Message != "cannot reach the bucket" || term.ExitCode != 2 {
+	// The kubelet hands over the log's tail as it is, newline included.
+	if term := failed.Status.ContainerStatuses[0].State.Terminated; term.Message != "cannot reach the bucket\n" || term.ExitCode != 2 {
 		t.Errorf("fallback message %q exit %d", term.Message, term.ExitCode)
 	}
 }

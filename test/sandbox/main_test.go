@@ -1,7 +1,7 @@
 // Package sandbox_test tests the sandbox end to end: one sandbox (four
-// nodes; node-3 is tainted for the node-stop test) started once for the
-// suite, with real etcd processes and a small test image, plus the `down`
-// tests that start their own.
+// nodes, each a real kubelet with its containerd; node-3 is tainted for the
+// node-stop test) started once for the suite, with the real etcd images and
+// a small test image, plus the `down` tests that start their own.
 package sandbox_test
 
 import (
@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "the sandbox tests need root (network namespaces, mounts, a bridge)")
+		fmt.Fprintln(os.Stderr, "the sandbox tests need root (namespaces, cgroups, mounts, kubelets)")
 		return 1
 	}
 	tmp, err := os.MkdirTemp("", suiteDirs)
@@ -110,7 +110,7 @@ func build(tmp string) error {
 	return os.WriteFile(filepath.Join(helperRoot, "etc", "passwd"), []byte(passwd), 0o644)
 }
 
-// prepareSuite registers the test image and reserves node-3.
+// prepareSuite imports the test image into every node and reserves node-3.
 func prepareSuite(ctx context.Context) error {
 	cfg, err := sb.RESTConfig()
 	if err != nil {

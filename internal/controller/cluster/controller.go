@@ -131,6 +131,7 @@ func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error
 		r.recordJoined,
 		r.changeMembership,
 		r.scale,
+		r.rollOut,
 	}
 	for _, s := range steps {
 		res, err := s(ctx, w)
@@ -152,9 +153,14 @@ func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*wo
 	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), index.ByController(string(c.UID))); err != nil {
 		return nil, fmt.Errorf("listing members: %w", err)
 	}
-	w := &world{cluster: c, original: c.DeepCopy(), now: r.Clock.Now()}
+	w := &world{cluster: c, original: c.DeepCopy(), now: r.Clock.Now(), pods: map[string]*corev1.Pod{}}
 	for i := range list.Items {
-		w.members = append(w.members, &list.Items[i])
+		m := &list.Items[i]
+		w.members = append(w.members, m)
+		pod := &corev1.Pod{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod); err == nil {
+			w.pods[m.Name] = pod
+		}
 	}
 	return w, nil
 }

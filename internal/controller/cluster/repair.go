@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
@@ -76,7 +76,7 @@ func (r *Reconciler) retireStuckJoiners(ctx context.Context, w *world) (*ctrl.Re
 		if w.isVoter(m) || ready(m) || (m.Spec.Bootstrap && w.cluster.Status.ClusterID == "") {
 			continue
 		}
-		if staleTemplate(w, m) {
+		if !build.UpToDate(m, w.cluster.Status.Observed) {
 			w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which never joined and was made for an earlier target", m.Name))
 			return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
 				fmt.Sprintf("Removing member %s: it never became a ready voter and the target changed since it was made", m.Name))
@@ -93,18 +93,6 @@ func (r *Reconciler) retireStuckJoiners(ctx context.Context, w *world) (*ctrl.Re
 		}
 	}
 	return nil, nil
-}
-
-// staleTemplate reports whether a member was made from another target than
-// the latched one.
-func staleTemplate(w *world, m *v1alpha2.EtcdMember) bool {
-	o, s := w.cluster.Status.Observed, m.Spec
-	return s.Version != o.Version || s.Storage.Size.Cmp(o.Storage.Size) != 0 ||
-		!equality.Semantic.DeepEqual(s.Affinity, o.Affinity) ||
-		!equality.Semantic.DeepEqual(s.TopologySpreadConstraints, o.TopologySpreadConstraints) ||
-		!equality.Semantic.DeepEqual(s.Resources, o.Resources) ||
-		!equality.Semantic.DeepEqual(s.ImagePullSecrets, o.ImagePullSecrets) ||
-		!equality.Semantic.DeepEqual(s.Options, o.Options)
 }
 
 // joinDeadline is when a member that has not started yet is given up, for

@@ -20,6 +20,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, w *world) error {
 	st := &w.cluster.Status
 	// Ready voters: a learner does not serve clients.
 	st.ReadyMembers = int32(w.readyVoters())
+	st.UpdatedMembers = int32(w.updated())
 	st.Selector = build.SelectorString(w.cluster.Name)
 	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
 	setAvailable(w)
@@ -39,7 +40,7 @@ func set(w *world, typ string, status bool, reason, message string) {
 	if status {
 		s = metav1.ConditionTrue
 	}
-	conditions.Set(&w.cluster.Status.Conditions, w.cluster.Generation, typ, s, reason, message)
+	conditions.Set(&w.cluster.Status.Conditions, w.cluster.Generation, typ, s, reason, message, w.now)
 }
 
 func paused(w *world) bool { return w.desired() == 0 && len(w.running()) == 0 }
@@ -83,6 +84,8 @@ func setProgressing(w *world) {
 	case targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonReconciled,
 			fmt.Sprintf("%d members of etcd %s are ready voters", w.desired(), w.cluster.Status.Observed.Version))
+	case w.blockedVersion != "":
+		set(w, conditions.Progressing, false, conditions.ReasonVersionChangeRefused, w.blockedVersion)
 	case overdue(w):
 		// Reported, not given up: the operator keeps working on the target.
 		reason, msg := deadlineReport(w)
@@ -114,6 +117,8 @@ func setDegraded(w *world) {
 		set(w, conditions.Degraded, true, conditions.ReasonClusterIDMismatch, w.mismatch)
 	case paused(w):
 		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
+	case w.stuck != "":
+		set(w, conditions.Degraded, true, conditions.ReasonRollOutStuck, w.stuck)
 	case w.refused != "":
 		set(w, conditions.Degraded, true, conditions.ReasonRefused, "Holding membership changes: "+w.refused)
 	case w.cluster.Status.ClusterID != "" && !quorum.Now(w.voters()).OK:

@@ -13,6 +13,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/version"
 )
 
 // The locking pattern: the operator works towards status.observed, a copy of
@@ -44,7 +45,7 @@ func (r *Reconciler) adopt(w *world, reason, message string) {
 	deadline := metav1.NewTime(w.now.Add(time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second))
 	st.ProgressDeadline = &deadline
 	conditions.Set(&st.Conditions, w.cluster.Generation, conditions.Progressing, metav1.ConditionTrue, reason,
-		fmt.Sprintf("%s: %d members of etcd %s", message, st.Observed.Replicas, st.Observed.Version))
+		fmt.Sprintf("%s: %d members of etcd %s", message, st.Observed.Replicas, st.Observed.Version), w.now)
 	w.working(reason, message)
 	r.event(w.cluster, false, reason, "LatchTarget", "%s: %d members of etcd %s", message, st.Observed.Replicas, st.Observed.Version)
 	if warn := memoryStorageWarning(st.Observed); warn != "" {
@@ -103,11 +104,20 @@ func targetReached(w *world) bool {
 		return false
 	}
 	for _, m := range running {
-		if !ready(m) || lost(m) || !w.isVoter(m) || m.Spec.InitialCluster == "" {
+		if !ready(m) || lost(m) || !w.isVoter(m) || m.Spec.InitialCluster == "" || !w.upToDate(m) {
 			return false
 		}
 	}
-	return true
+	// etcd's cluster version follows the members' version a moment later.
+	return w.desired() == 0 || w.cluster.Status.ClusterVersion == minorOf(w.cluster.Status.Observed.Version)
+}
+
+// minorOf turns "3.6.16" into "3.6".
+func minorOf(v string) string {
+	if p, err := version.Parse(v); err == nil {
+		return p.MinorString()
+	}
+	return v
 }
 
 // overdue reports whether the latched target missed its deadline. That is a
@@ -130,6 +140,12 @@ func (r *Reconciler) latchTarget(_ context.Context, w *world) (*ctrl.Result, err
 			return done(), nil
 		}
 		return nil, nil
+	}
+	if hasReason(w, conditions.Progressing, conditions.ReasonVersionChangeRefused) && specChanged(w) {
+		// The target was refused before any member was touched: nothing
+		// to finish first.
+		r.adopt(w, conditions.ReasonSpecChanged, "The previous target's version was refused; adopted the changed spec")
+		return done(), nil
 	}
 	if !overdue(w) {
 		return nil, nil

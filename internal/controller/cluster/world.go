@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -36,6 +38,11 @@ type world struct {
 	mismatch string
 	// blocked is why the cluster cannot do what its spec asks at all.
 	blocked *progress
+	// pods are the members' Pods by member name (from the cache).
+	pods map[string]*corev1.Pod
+	// stuck says why a roll-out stopped; blockedVersion why the asked
+	// version cannot be reached.
+	stuck, blockedVersion string
 }
 
 // progress says what the operator is doing; an empty reason means nothing.
@@ -237,6 +244,32 @@ func (w *world) endpoints() []*v1alpha2.EtcdMember {
 		return voters
 	}
 	return all
+}
+
+// upToDate reports whether a running member was made from the latched
+// target and its Pod runs it (a Pod from before template hashes counts as
+// current).
+func (w *world) upToDate(m *v1alpha2.EtcdMember) bool {
+	if w.cluster.Status.Observed == nil || !build.UpToDate(m, w.cluster.Status.Observed) {
+		return false
+	}
+	if p := w.pods[m.Name]; p != nil {
+		if h := p.Annotations[build.AnnotationTemplateHash]; h != "" && h != build.TemplateHash(m) {
+			return false
+		}
+	}
+	return !conditions.IsFalse(m.Status.Conditions, conditions.StorageResized)
+}
+
+// updated counts the running members that are up to date.
+func (w *world) updated() int {
+	n := 0
+	for _, m := range w.running() {
+		if w.upToDate(m) {
+			n++
+		}
+	}
+	return n
 }
 
 // newest sorts members so the most recently created comes first.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
@@ -13,8 +14,12 @@ type scenario struct {
 	name   string
 	start  int32 // replicas to converge on first (0: start from nothing)
 	target int32
+	// version, if set, is the etcd version the cluster starts on.
+	version string
 	// disrupt, if set, is what happens instead of a replicas change.
 	disrupt func(h *harness)
+	// check, if set, is checked once the scenario converged.
+	check func(h *harness)
 }
 
 // TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
@@ -35,6 +40,17 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 		{name: "replace a member whose node died", start: 3, target: 3, disrupt: func(h *harness) {
 			h.stopNode(h.nodeOf(h.members("c")[1].Name))
 		}},
+		{name: "roll 3 members to the next minor", start: 3, target: 3, version: "3.5.35", disrupt: func(h *harness) {
+			h.editSpec("c", func(s *v1alpha2.EtcdClusterSpec) { s.Version = "3.6.16" })
+		}, check: func(h *harness) {
+			// Resumed without restarting members already done: each had
+			// its original Pod and one more.
+			for name, n := range h.incarnations() {
+				if n > 2 {
+					h.t.Errorf("member %s was started %d times in a roll of one restart each", name, n)
+				}
+			}
+		}},
 		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
 			for _, m := range h.members("c")[:2] {
 				if err := h.c.Delete(context.Background(), &m); err != nil {
@@ -52,23 +68,36 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 			for k := 1; k <= calls; k++ {
 				t.Run(fmt.Sprintf("crash after call %d of %d", k, calls), func(t *testing.T) {
 					t.Parallel()
-					h := prepared(t, sc)
-					h.restart(k)
-					h.setReplicasOrCreate(sc)
-					h.run("converge after crash", h.done(sc))
-					if !h.crashed {
-						t.Fatalf("the crash after call %d never happened", k)
-					}
+					crashAfter(t, sc, k)
 				})
 			}
 		})
 	}
 }
 
+// crashAfter runs the scenario with the operator dying after its k-th
+// mutating call.
+func crashAfter(t *testing.T, sc scenario, k int) {
+	h := prepared(t, sc)
+	h.restart(k)
+	h.setReplicasOrCreate(sc)
+	h.run("converge after crash", h.done(sc))
+	if !h.crashed {
+		t.Fatalf("the crash after call %d never happened", k)
+	}
+	if sc.check != nil {
+		sc.check(h)
+	}
+}
+
 func prepared(t *testing.T, sc scenario) *harness {
 	h := newHarness(t)
 	if sc.start > 0 {
-		h.createCluster("c", sc.start)
+		h.createCluster("c", sc.start, func(c *v1alpha2.EtcdCluster) {
+			if sc.version != "" {
+				c.Spec.Version = sc.version
+			}
+		})
 		h.run("start", h.converged("c", int(sc.start)))
 	}
 	return h

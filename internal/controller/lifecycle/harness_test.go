@@ -67,6 +67,10 @@ type harness struct {
 	// records the claim each member's etcd first started on.
 	wiped   map[string]bool
 	volumes map[string]types.UID
+	// startErrors keeps why etcd refused to start a Pod's member.
+	startErrors map[string]string
+	// podsSeen records every Pod UID the kubelet saw, by Pod name.
+	podsSeen map[string]map[types.UID]bool
 	// nodes is the stand-in's node of each Pod; downNodes stop everything.
 	nodes     map[string]string
 	nextNode  int
@@ -102,7 +106,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	h := &harness{
-		t: t, broken: map[string]bool{}, wiped: map[string]bool{}, volumes: map[string]types.UID{},
+		t: t, broken: map[string]bool{}, wiped: map[string]bool{}, volumes: map[string]types.UID{}, startErrors: map[string]string{}, podsSeen: map[string]map[types.UID]bool{},
 		nodes: map[string]string{}, downNodes: map[string]bool{},
 		etcd: etcdfake.New(0xc1, clk), clock: clk, events: &recorder{},
 	}
@@ -212,8 +216,8 @@ func (h *harness) step() {
 		_, err := h.cluster.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
 		h.checkError("cluster "+c.Name, err)
 	}
-	// A budget that went stale while the operator was down is what any
-	// operator leaves; it is judged once the operator ran again.
+	// A status or budget that went stale while the operator was down is
+	// what any operator leaves; they are judged once the operator ran again.
 	judgeBudget := !h.life.Ended()
 	if h.life.Ended() {
 		h.restart(0)

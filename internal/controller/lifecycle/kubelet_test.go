@@ -72,6 +72,10 @@ func (h *harness) kubelet() {
 	_ = h.raw.List(ctx, pods)
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		if h.podsSeen[p.Name] == nil {
+			h.podsSeen[p.Name] = map[types.UID]bool{}
+		}
+		h.podsSeen[p.Name][p.UID] = true
 		if !h.schedule(p) || h.downNodes[p.Spec.NodeName] {
 			continue
 		}
@@ -133,6 +137,11 @@ func (h *harness) runPod(p *corev1.Pod) {
 	switch {
 	case running:
 		cs.State.Running = &corev1.ContainerStateRunning{}
+		delete(h.startErrors, p.Name)
+	case h.startErrors[p.Name] != "":
+		cs.RestartCount++
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: h.startErrors[p.Name]}
 	case h.wiped[p.Name]:
 		cs.RestartCount++
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
@@ -154,12 +163,13 @@ func (h *harness) runPod(p *corev1.Pod) {
 // that had started makes etcd exit.
 func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 	name, peer, clientURL := flags["--name"], flags["--initial-advertise-peer-urls"], flags["--advertise-client-urls"]
+	_, version, _ := strings.Cut(p.Spec.Containers[0].Image, ":v")
 	if p.Annotations[build.AnnotationInitialClusterState] == build.StateNew {
 		if len(h.etcd.Members()) > 0 {
 			h.t.Errorf("pod %s starts etcd with --initial-cluster-state=new in a cluster that has formed", p.Name)
 			return false
 		}
-		h.etcd.Bootstrap(name, peer, clientURL)
+		h.etcd.BootstrapVersion(name, peer, clientURL, version)
 		return true
 	}
 	if h.freshVolume(p) && h.startedBefore(peer) {
@@ -172,7 +182,14 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 		return false
 	}
 	delete(h.wiped, p.Name)
-	return h.etcd.Start(peer, name, clientURL) == nil
+	if err := h.etcd.StartVersion(peer, name, clientURL, version); err != nil {
+		h.startErrors[p.Name] = err.Error()
+		return false
+	}
+	if flags["--snapshot-count"] == "1" {
+		h.etcd.Snapshot(peer)
+	}
+	return true
 }
 
 // freshVolume reports whether the Pod's data claim is another one than the
@@ -277,6 +294,15 @@ func (h *harness) collectGarbage() {
 func unschedulable(p *corev1.Pod) bool {
 	a := p.Spec.Affinity
 	return a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil
+}
+
+// incarnations counts the Pods each member name had.
+func (h *harness) incarnations() map[string]int {
+	out := map[string]int{}
+	for name, uids := range h.podsSeen {
+		out[name] = len(uids)
+	}
+	return out
 }
 
 // deletePod deletes a Pod as a user would.

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -250,3 +252,58 @@ func TestFinalizerReleasedWhenNothingIsLeftToKeep(t *testing.T) {
 		}
 	}
 }
+
+func TestGrowClaim(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha2.AddToScheme(scheme)
+	class := func(name string, expand bool) *storagev1.StorageClass {
+		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "x", AllowVolumeExpansion: new(expand)}
+	}
+	claim := func(class, request, capacity string) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: build.PVCName("db-a")},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: new(class), Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(request)}}},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)}},
+		}
+	}
+	cases := []struct {
+		name      string
+		claim     *corev1.PersistentVolumeClaim
+		want      string
+		request   string
+		condition string // reason of StorageResized, "" when not set
+	}{
+		{"same size: nothing", claim("grow", "1Gi", "1Gi"), "1Gi", "1Gi", ""},
+		{"larger, class expands: the claim is patched", claim("grow", "1Gi", "1Gi"), "2Gi", "2Gi", conditions.ReasonResizing},
+		{"patched, capacity not there yet", claim("grow", "2Gi", "1Gi"), "2Gi", "2Gi", conditions.ReasonResizing},
+		{"larger, class cannot expand: said so, nothing patched", claim("fixed", "1Gi", "1Gi"), "2Gi", "1Gi", conditions.ReasonExpansionNotSupported},
+	}
+	for _, c := range cases {
+		cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(c.claim, class("grow", true), class("fixed", false)).Build()
+		r := &Reconciler{Client: cl, APIReader: cl, Recorder: discard{}}
+		s := testState(testMember(func(m *v1alpha2.EtcdMember) { m.Spec.Storage.Size = resource.MustParse(c.want) }), "", nil)
+		have := &corev1.PersistentVolumeClaim{}
+		_ = cl.Get(context.Background(), client.ObjectKeyFromObject(c.claim), have)
+		if err := r.growClaim(context.Background(), s, have); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		_ = cl.Get(context.Background(), client.ObjectKeyFromObject(c.claim), have)
+		if got := have.Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != c.request {
+			t.Errorf("%s: request %s, want %s", c.name, got.String(), c.request)
+		}
+		got := conditions.Get(s.member.Status.Conditions, conditions.StorageResized)
+		switch {
+		case c.condition == "" && got != nil:
+			t.Errorf("%s: StorageResized set: %+v", c.name, got)
+		case c.condition != "" && (got == nil || got.Reason != c.condition):
+			t.Errorf("%s: StorageResized = %+v, want reason %s", c.name, got, c.condition)
+		}
+	}
+}
+
+// discard is an event recorder that drops everything.
+type discard struct{}
+
+func (discard) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}

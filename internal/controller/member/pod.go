@@ -86,11 +86,56 @@ func (r *Reconciler) ensurePVC(ctx context.Context, s *state) (bool, error) {
 		return false, fmt.Errorf("PVC %s belongs to something else (an earlier member of that name?); waiting for it to be deleted", have.Name)
 	}
 	m.Status.PVCName = want.Name
+	if err := r.growClaim(ctx, s, have); err != nil {
+		return false, err
+	}
 	if s.pod != nil || have.Status.Phase == corev1.ClaimBound || r.bindsOnFirstUse(ctx, have) {
 		return true, nil
 	}
 	r.setNotReady(s, "WaitingForVolume", fmt.Sprintf("Waiting for PVC %s to be bound", have.Name))
 	return false, nil
+}
+
+// growClaim expands the claim in place to the member's storage size when its
+// class allows it, and reports on it in the StorageResized condition: True
+// once the claim's capacity reached the size, False while it grows or when
+// the class cannot expand (the member keeps running on its current volume).
+func (r *Reconciler) growClaim(ctx context.Context, s *state, pvc *corev1.PersistentVolumeClaim) error {
+	want := s.member.Spec.Storage.Size
+	requested := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	capacity := pvc.Status.Capacity[corev1.ResourceStorage]
+	switch {
+	case want.Cmp(requested) > 0 && !r.expandable(ctx, pvc):
+		set(s, conditions.StorageResized, false, conditions.ReasonExpansionNotSupported,
+			fmt.Sprintf("PVC %s cannot grow to %s: its StorageClass %q does not allow volume expansion; the member keeps its %s volume",
+				pvc.Name, want.String(), ptr.Deref(pvc.Spec.StorageClassName, ""), requested.String()))
+		return nil
+	case want.Cmp(requested) > 0:
+		patch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = want
+		if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+			return fmt.Errorf("growing PVC %s to %s: %w", pvc.Name, want.String(), err)
+		}
+		r.event(s.member, false, "VolumeExpanding", "ExpandVolume", "Growing PVC %s from %s to %s", pvc.Name, requested.String(), want.String())
+		set(s, conditions.StorageResized, false, conditions.ReasonResizing, fmt.Sprintf("PVC %s grows to %s", pvc.Name, want.String()))
+	case pvc.Status.Phase == corev1.ClaimBound && capacity.Cmp(requested) < 0:
+		set(s, conditions.StorageResized, false, conditions.ReasonResizing,
+			fmt.Sprintf("PVC %s grows to %s (capacity %s)", pvc.Name, requested.String(), capacity.String()))
+	case conditions.Get(s.member.Status.Conditions, conditions.StorageResized) != nil:
+		// Only members that were asked to grow carry the condition.
+		set(s, conditions.StorageResized, true, conditions.ReasonResized, fmt.Sprintf("PVC %s has %s", pvc.Name, capacity.String()))
+	}
+	return nil
+}
+
+// expandable reports whether the claim's StorageClass allows expansion.
+func (r *Reconciler) expandable(ctx context.Context, pvc *corev1.PersistentVolumeClaim) bool {
+	sc := &storagev1.StorageClass{}
+	name := ptr.Deref(pvc.Spec.StorageClassName, "")
+	if name == "" || r.Client.Get(ctx, client.ObjectKey{Name: name}, sc) != nil {
+		return false
+	}
+	return ptr.Deref(sc.AllowVolumeExpansion, false)
 }
 
 // bindsOnFirstUse reports whether the claim's class waits for a Pod before it
@@ -205,5 +250,5 @@ func set(s *state, typ string, status bool, reason, message string) {
 	if status {
 		st = metav1.ConditionTrue
 	}
-	conditions.Set(&s.member.Status.Conditions, s.member.Generation, typ, st, reason, message)
+	conditions.Set(&s.member.Status.Conditions, s.member.Generation, typ, st, reason, message, s.now)
 }

@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -213,10 +214,49 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 		RaftIndex: f.c.commit, RaftTerm: 2, RaftAppliedIndex: f.c.commit,
 		IsLearner: m.IsLearner, Version: m.version,
 	}
+	if f.c.downgrade != "" {
+		st.DowngradeTarget = f.c.downgrade + ".0"
+	}
 	if !m.caughtUp {
 		st.RaftAppliedIndex = f.c.commit / 10
 	}
 	return st, nil
+}
+
+func (f *client) ClusterVersion(_ context.Context, endpoint string) (string, error) {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	if f.c.byClient(endpoint) == nil {
+		return "", fmt.Errorf("fake: dial %s: connection refused", endpoint)
+	}
+	return f.c.clusterVersionOf(nil), nil
+}
+
+// Downgrade follows etcd 3.6: a downgrade goes one minor below the cluster
+// version, on a cluster of 3.6 or later; enabling it lowers the cluster
+// version at once, so that members of the older minor may run.
+func (f *client) Downgrade(_ context.Context, action etcd.DowngradeAction, version string) (string, error) {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	if _, err := f.consensus(); err != nil {
+		return "", err
+	}
+	cluster := f.c.clusterVersionOf(nil)
+	if action == etcd.DowngradeCancel {
+		if f.c.downgrade == "" {
+			return cluster, errors.New("etcdserver: no inflight downgrade job")
+		}
+		f.c.downgrade = ""
+		return f.c.clusterVersion, nil
+	}
+	target := majorMinor(version)
+	if f.c.downgrade == "" && (minor(target+".0") != minor(cluster+".0")-1 || minor(cluster+".0") < 6) {
+		return cluster, fmt.Errorf("etcdserver: invalid downgrade target version %s (cluster version %s)", version, cluster)
+	}
+	if action == etcd.DowngradeEnable {
+		f.c.downgrade = target
+	}
+	return cluster, nil
 }
 
 func (f *client) MoveLeader(_ context.Context, transferee uint64) error {

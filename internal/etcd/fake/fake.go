@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +46,12 @@ type Cluster struct {
 	members   map[uint64]*member
 	leader    uint64
 	commit    uint64
+	// downgrade is the minor ("3.6") a downgrade in progress goes to.
+	downgrade string
+	// clusterVersion is the cluster version (major.minor) etcd decided:
+	// raised to the lowest minor the members run, only while every member
+	// answers; lowered only by a downgrade.
+	clusterVersion string
 
 	// MaxLearners is etcd's --max-learners.
 	MaxLearners int
@@ -71,6 +78,9 @@ type member struct {
 	// caughtUp: its applied index follows the leader's.
 	caughtUp bool
 	version  string
+	// logFrom is the minor of the oldest etcd that wrote entries the
+	// member would replay on a restart (those after its last snapshot).
+	logFrom int
 }
 
 // New returns an empty fake cluster with the given cluster ID. The clock
@@ -87,25 +97,45 @@ func New(clusterID uint64, clk clock.PassiveClock) *Cluster {
 	}
 }
 
+// DefaultVersion is the etcd version a member runs when none is given.
+const DefaultVersion = "3.6.16"
+
 // Bootstrap adds a started, connected voter, as a seed forming the cluster.
 func (c *Cluster) Bootstrap(name, peerURL, clientURL string) uint64 {
+	return c.BootstrapVersion(name, peerURL, clientURL, DefaultVersion)
+}
+
+// BootstrapVersion is Bootstrap with the seed running the given version.
+func (c *Cluster) BootstrapVersion(name, peerURL, clientURL, version string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id := c.newID()
 	c.members[id] = &member{
 		Member:  etcd.Member{ID: id, Name: name, PeerURLs: []string{peerURL}, ClientURLs: []string{clientURL}},
-		running: true, started: true, caughtUp: true, version: "3.6.16", connectedAt: c.clock.Now(),
+		running: true, started: true, caughtUp: true, version: version, connectedAt: c.clock.Now(),
+		logFrom: minor(version),
+	}
+	if c.clusterVersion == "" {
+		c.clusterVersion = majorMinor(version)
 	}
 	c.commit++
 	c.elect()
 	return id
 }
 
-// Start starts the process of the member with this peer URL: it publishes
-// its name and client URL and connects to its peers. A learner catches up
-// separately (CatchUp). etcd refuses to start a member the cluster does not
-// list.
+// Start starts the process of the member with this peer URL, running the
+// default version (see StartVersion).
 func (c *Cluster) Start(peerURL, name, clientURL string) error {
+	return c.StartVersion(peerURL, name, clientURL, DefaultVersion)
+}
+
+// StartVersion starts the process of the member with this peer URL running
+// the given etcd version: it publishes its name and client URL and connects
+// to its peers. A learner catches up separately (CatchUp). etcd refuses to
+// start a member the cluster does not list, one older than the cluster
+// version (unless a downgrade to its minor is under way), and one more than a
+// minor newer.
+func (c *Cluster) StartVersion(peerURL, name, clientURL, version string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.byPeer(peerURL)
@@ -115,18 +145,130 @@ func (c *Cluster) Start(peerURL, name, clientURL string) error {
 	if m.running {
 		return nil
 	}
-	m.Name, m.ClientURLs, m.running, m.started = name, []string{clientURL}, true, true
+	if err := c.mayRun(m, version); err != nil {
+		return err
+	}
+	if m.logFrom == 0 {
+		// A new member receives the leader's log.
+		m.logFrom = c.oldestLog()
+	}
+	if minor(version) >= 7 && m.logFrom > 0 && m.logFrom <= 5 {
+		return fmt.Errorf("fake: panic: unmarshal should never fail (%s cannot replay the 3.%d raft log entries after its last snapshot)", version, m.logFrom)
+	}
+	m.Name, m.ClientURLs, m.running, m.started, m.version = name, []string{clientURL}, true, true, version
 	if !m.isolated {
 		m.connectedAt = c.clock.Now()
 	}
 	if !m.IsLearner {
 		m.caughtUp = true
 	}
-	if m.version == "" {
-		m.version = "3.6.16"
-	}
 	c.elect()
+	c.finishDowngrade()
+	c.decideClusterVersion()
 	return nil
+}
+
+// Snapshot makes the member take a snapshot, as a restart with
+// --snapshot-count=1 does: it no longer replays older log entries.
+func (c *Cluster) Snapshot(peerURL string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.byPeer(peerURL); m != nil && m.running {
+		m.logFrom = minor(m.version)
+	}
+}
+
+// oldestLog is the oldest log era among the started members.
+func (c *Cluster) oldestLog() int {
+	low := 0
+	for _, m := range c.members {
+		if m.started && m.logFrom > 0 && (low == 0 || m.logFrom < low) {
+			low = m.logFrom
+		}
+	}
+	return low
+}
+
+// decideClusterVersion raises the cluster version to the lowest minor the
+// members run, when every started member runs (etcd's leader asks each).
+func (c *Cluster) decideClusterVersion() {
+	low := ""
+	for _, m := range c.members {
+		if !m.started {
+			continue
+		}
+		if !m.running {
+			return
+		}
+		if v := majorMinor(m.version); low == "" || minor(v+".0") < minor(low+".0") {
+			low = v
+		}
+	}
+	if low != "" && (c.clusterVersion == "" || minor(low+".0") > minor(c.clusterVersion+".0")) {
+		c.clusterVersion = low
+	}
+}
+
+// mayRun is etcd's check of a member's binary against the cluster version.
+func (c *Cluster) mayRun(_ *member, version string) error {
+	cluster := c.clusterVersionOf(nil)
+	if cluster == "" {
+		return nil
+	}
+	mine, cv := minor(version), minor(cluster+".0")
+	switch {
+	case mine < cv:
+		return fmt.Errorf("fake: cluster cannot be downgraded (current version: %s is lower than determined cluster version: %s)", version, cluster)
+	case mine > cv+1:
+		return fmt.Errorf("fake: version %s is more than one minor newer than cluster version %s", version, cluster)
+	}
+	return nil
+}
+
+// ClusterVersion is the cluster version: the lowest minor the started
+// members run, or the target of a downgrade under way.
+func (c *Cluster) ClusterVersion() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clusterVersionOf(nil)
+}
+
+func (c *Cluster) clusterVersionOf(*member) string {
+	if c.downgrade != "" {
+		return c.downgrade
+	}
+	return c.clusterVersion
+}
+
+// finishDowngrade ends a downgrade once every member runs its target.
+func (c *Cluster) finishDowngrade() {
+	if c.downgrade == "" {
+		return
+	}
+	for _, m := range c.members {
+		if m.started && majorMinor(m.version) != c.downgrade {
+			return
+		}
+	}
+	c.clusterVersion, c.downgrade = c.downgrade, ""
+}
+
+func majorMinor(v string) string {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
+}
+
+// minor is the minor number of a major.minor.patch version.
+func minor(v string) int {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(parts[1])
+	return n
 }
 
 // Stop stops the member's process.

@@ -1,8 +1,11 @@
 // Package cleanup finds and removes everything a sandbox instance left on
-// the host, from its id alone: processes tagged with its marker or living
-// in its Pod network namespaces, the namespaces, its bridge and veths, and
-// mounts under its directory. `sandbox down` runs it after stopping the
-// daemon, so it also repairs the aftermath of a crash.
+// the host, from its id alone: every process in its cgroup subtree
+// (containers and shims included) or tagged with its marker, the subtree
+// itself, its network namespace and the link into it, and its directory.
+// Mounts need no work: the sandbox's processes mount only inside their
+// private mount namespace, which dies with the last of them. `sandbox down`
+// runs it after stopping the daemon, so it also repairs the aftermath of a
+// crash.
 package cleanup
 
 import (
@@ -21,65 +24,65 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/seed74754924/etcd-operator/internal/sandbox/cgroups"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/netns"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/network"
 )
 
 // Leftovers is what an instance still has on the host.
 type Leftovers struct {
-	Processes  []int
-	Namespaces []string
-	Links      []string
-	Mounts     []string
+	Processes []int
+	Cgroups   []string
+	Network   []string
+	Mounts    []string
 }
 
 // Empty reports whether nothing is left.
 func (l Leftovers) Empty() bool {
-	return len(l.Processes)+len(l.Namespaces)+len(l.Links)+len(l.Mounts) == 0
+	return len(l.Processes)+len(l.Cgroups)+len(l.Network)+len(l.Mounts) == 0
 }
 
 func (l Leftovers) String() string {
-	return fmt.Sprintf("processes %v, network namespaces %v, links %v, mounts %v", l.Processes, l.Namespaces, l.Links, l.Mounts)
+	return fmt.Sprintf("processes %v, cgroups %v, network %v, mounts %v", l.Processes, l.Cgroups, l.Network, l.Mounts)
 }
 
 // Find lists the instance's leftovers.
 func Find(in *instance.Instance) (Leftovers, error) {
 	var l Leftovers
-	var err error
-	if l.Namespaces, err = netns.Namespaces(in.NetnsPrefix()); err != nil {
-		return l, err
-	}
-	links, err := netns.Links(in.VethPrefix())
+	cg, err := cgroups.Detect()
 	if err != nil {
 		return l, err
 	}
-	if _, err := os.Stat(filepath.Join("/sys/class/net", in.BridgeName())); err == nil {
-		links = append(links, in.BridgeName())
+	rel := "/" + in.CgroupName()
+	for _, root := range cg.Roots {
+		if _, err := os.Stat(filepath.Join(root, rel)); err == nil {
+			l.Cgroups = append(l.Cgroups, filepath.Join(root, rel))
+		}
 	}
-	l.Links = links
+	l.Processes = append(cg.Procs(rel), marked(in)...)
+	slices.Sort(l.Processes)
+	l.Processes = slices.Compact(l.Processes)
+	l.Network = network.Leftovers(in)
 	if l.Mounts, err = MountsUnder(in.Dir); err != nil {
 		return l, err
 	}
-	l.Processes = processes(in, l.Namespaces)
 	return l, nil
 }
 
-// Remove kills the instance's processes and removes its namespaces, links
+// Remove kills the instance's processes and removes its cgroups, network
 // and mounts, then its directory.
 func Remove(ctx context.Context, in *instance.Instance) error {
-	l, err := Find(in)
+	cg, err := cgroups.Detect()
 	if err != nil {
 		return err
 	}
-	killAll(l.Processes)
+	// The daemon first (it is tagged), so it starts nothing new while its
+	// subtree is emptied.
+	killAll(marked(in))
 	var errs []error
-	for _, ns := range l.Namespaces {
-		errs = append(errs, netns.DeleteNetns(ctx, ns))
-	}
-	for _, link := range l.Links {
-		errs = append(errs, netns.DeleteLink(ctx, link))
-	}
-	errs = append(errs, unmountAll(in.Dir))
+	errs = append(errs, cg.Remove("/"+in.CgroupName()))
+	killAll(marked(in))
+	errs = append(errs, network.Delete(ctx, in), unmountAll(in.Dir))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -109,27 +112,14 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(data) || data[i+2] != 'Z'
 }
 
-// processes finds processes carrying the marker or inside one of the
-// instance's network namespaces.
-func processes(in *instance.Instance, namespaces []string) []int {
-	inodes := map[uint64]bool{}
-	for _, ns := range namespaces {
-		var st syscall.Stat_t
-		if syscall.Stat(netns.Path(ns), &st) == nil {
-			inodes[st.Ino] = true
-		}
-	}
+// marked finds the processes carrying the instance's marker.
+func marked(in *instance.Instance) []int {
 	marker := []byte(in.Marker())
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() || !alive(pid) {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st) == nil && inodes[st.Ino] {
-			pids = append(pids, pid)
 			continue
 		}
 		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
@@ -183,6 +173,8 @@ func unescape(s string) string {
 	return b.String()
 }
 
+// unmountAll detaches whatever is mounted under dir on the host's side
+// (nothing, unless a user mounted something there).
 func unmountAll(dir string) error {
 	mounts, err := MountsUnder(dir)
 	if err != nil {

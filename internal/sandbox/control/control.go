@@ -48,6 +48,7 @@ type NodeStatus struct {
 	Name    string `json:"name"`
 	Running bool   `json:"running"`
 	Port    int    `json:"kubeletPort"`
+	Address string `json:"kubeletAddress"`
 }
 
 // Target names what a fault or image call acts on.

@@ -23,6 +23,7 @@ var identities = []identity{
 	{file: "admin", cn: "sandbox-admin", orgs: []string{"system:masters"}},
 	{file: "controller-manager", cn: "system:kube-controller-manager"},
 	{file: "scheduler", cn: "system:kube-scheduler"},
+	{file: "kube-proxy", cn: "system:kube-proxy"},
 }
 
 // WritePKI creates the CA, the API server's certificates, the service
@@ -76,7 +77,7 @@ func writeServing(in *instance.Instance, ca *pki.CA, dir string) error {
 	serving, err := ca.Issue(pki.Request{
 		CommonName: "kube-apiserver",
 		IPs: []net.IP{
-			net.IP(in.BridgeIP().AsSlice()), net.IP(in.KubernetesServiceIP().AsSlice()), net.IPv4(127, 0, 0, 1),
+			net.IP(in.APIServerIP().AsSlice()), net.IP(in.KubernetesServiceIP().AsSlice()), net.IPv4(127, 0, 0, 1),
 		},
 		DNSNames: []string{
 			"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
@@ -117,11 +118,34 @@ func Kubeconfig(in *instance.Instance, caPEM []byte, cred pki.Pair) *clientcmdap
 	name := "sandbox-" + in.Name
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters[name] = &clientcmdapi.Cluster{
-		Server:                   "https://" + net.JoinHostPort(in.BridgeIP().String(), "443"),
+		Server:                   "https://" + net.JoinHostPort(in.APIServerIP().String(), "443"),
 		CertificateAuthorityData: caPEM,
 	}
 	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificateData: cred.CertPEM, ClientKeyData: cred.KeyPEM}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: "default"}
 	cfg.CurrentContext = name
 	return cfg
+}
+
+// WriteNodeCredentials writes node i's kubelet credentials into dir: a
+// client certificate in the system:nodes group (the Node authorizer and the
+// NodeRestriction admission plugin then treat it as that node) inside
+// kubelet.kubeconfig, and the serving certificate of its kubelet API for the
+// node's address.
+func WriteNodeCredentials(in *instance.Instance, ca *pki.CA, i int, dir string) error {
+	name := instance.NodeName(i)
+	client, err := ca.Issue(pki.Request{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}, Client: true})
+	if err != nil {
+		return err
+	}
+	if err := clientcmd.WriteToFile(*Kubeconfig(in, ca.CertPEM(), client), filepath.Join(dir, "kubelet.kubeconfig")); err != nil {
+		return err
+	}
+	serving, err := ca.Issue(pki.Request{
+		CommonName: name, IPs: []net.IP{net.IP(in.NodeIP(i).AsSlice())}, DNSNames: []string{name}, Server: true,
+	})
+	if err != nil {
+		return err
+	}
+	return serving.Write(dir, "kubelet")
 }

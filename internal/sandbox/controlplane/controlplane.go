@@ -1,7 +1,8 @@
 // Package controlplane runs the real Kubernetes control plane of a sandbox
 // from the pinned toolchain: an etcd for the API server, kube-apiserver,
-// kube-controller-manager and kube-scheduler, each a supervised child
-// process of the daemon with its log in D/logs.
+// kube-controller-manager and kube-scheduler, and the one kube-proxy that
+// routes Services for every node, each a supervised child process of the
+// daemon with its log in D/logs.
 package controlplane
 
 import (
@@ -19,11 +20,12 @@ import (
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/pki"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/proc"
 )
 
 // ControlPlane is the running set of control-plane processes.
 type ControlPlane struct {
-	procs []*process
+	procs []*proc.Process
 }
 
 // Options says where the binaries are and how the node lifecycle behaves.
@@ -62,20 +64,20 @@ func Start(ctx context.Context, in *instance.Instance, opts Options) (*ControlPl
 // away with the directory, so nobody gets more than 2 s to shut down.
 func (cp *ControlPlane) Stop() {
 	for i := len(cp.procs) - 1; i >= 0; i-- {
-		cp.procs[i].stop(2 * time.Second)
+		cp.procs[i].Stop(2 * time.Second)
 	}
 	cp.procs = nil
 }
 
-func (cp *ControlPlane) add(in *instance.Instance, opts Options, name string, args []string) (*process, error) {
-	p := &process{
-		name:    name,
-		path:    filepath.Join(opts.ToolsBin, name),
-		args:    args,
-		env:     append(os.Environ(), in.Marker()),
-		logPath: filepath.Join(in.LogDir(), name+".log"),
+func (cp *ControlPlane) add(in *instance.Instance, opts Options, name string, args []string) (*proc.Process, error) {
+	p := &proc.Process{
+		Name:    name,
+		Path:    filepath.Join(opts.ToolsBin, name),
+		Args:    args,
+		Env:     append(os.Environ(), in.Marker()),
+		LogPath: filepath.Join(in.LogDir(), name+".log"),
 	}
-	if err := p.start(); err != nil {
+	if err := p.Start(); err != nil {
 		return nil, err
 	}
 	cp.procs = append(cp.procs, p)
@@ -106,7 +108,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, in *instance.Instance, op
 	hc := &http.Client{Timeout: time.Second}
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return client, p.waitFor(waitCtx, "healthy", func(ctx context.Context) error {
+	return client, p.WaitFor(waitCtx, "healthy", func(ctx context.Context) error {
 		return get(ctx, hc, client+"/health")
 	})
 }
@@ -114,7 +116,7 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, in *instance.Instance, op
 func (cp *ControlPlane) startAPIServer(ctx context.Context, in *instance.Instance, opts Options, etcdURL string) error {
 	dir := PKIDir(in)
 	f := func(name string) string { return filepath.Join(dir, name) }
-	host := in.BridgeIP().String()
+	host := in.APIServerIP().String()
 	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=" + host, "--advertise-address=" + host,
@@ -122,7 +124,8 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, in *instance.Instanc
 		"--tls-cert-file=" + f("apiserver.crt"), "--tls-private-key-file=" + f("apiserver.key"),
 		"--client-ca-file=" + f("ca.crt"),
 		"--service-cluster-ip-range=" + in.ServiceCIDR().String(),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--kubelet-client-certificate=" + f("apiserver-kubelet-client.crt"),
 		"--kubelet-client-key=" + f("apiserver-kubelet-client.key"),
 		"--kubelet-certificate-authority=" + f("ca.crt"),
@@ -147,13 +150,13 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, in *instance.Instanc
 	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	url := fmt.Sprintf("https://%s/readyz", net.JoinHostPort(host, strconv.Itoa(instance.APIServerPort)))
-	return p.waitFor(waitCtx, "ready", func(ctx context.Context) error { return get(ctx, hc, url) })
+	return p.WaitFor(waitCtx, "ready", func(ctx context.Context) error { return get(ctx, hc, url) })
 }
 
 func (cp *ControlPlane) startControllers(in *instance.Instance, opts Options) error {
 	dir := PKIDir(in)
 	f := func(name string) string { return filepath.Join(dir, name) }
-	host := in.BridgeIP().String()
+	host := in.APIServerIP().String()
 	grace := opts.NodeMonitorGracePeriod
 	if grace == 0 {
 		grace = 12 * time.Second
@@ -162,7 +165,8 @@ func (cp *ControlPlane) startControllers(in *instance.Instance, opts Options) er
 		"--kubeconfig=" + f("controller-manager.kubeconfig"),
 		"--authentication-kubeconfig=" + f("controller-manager.kubeconfig"),
 		"--authorization-kubeconfig=" + f("controller-manager.kubeconfig"),
-		// Each instance binds its own bridge IP, so default ports never clash.
+		// Each instance has its own network namespace, so default ports
+		// never clash.
 		"--bind-address=" + host,
 		"--leader-elect=false",
 		"--use-service-account-credentials=true",
@@ -252,3 +256,34 @@ func PKIDir(in *instance.Instance) string { return in.Path("pki") }
 
 // LoadCA reads the sandbox CA.
 func LoadCA(in *instance.Instance) (*pki.CA, error) { return pki.LoadCA(PKIDir(in)) }
+
+// StartProxy starts kube-proxy in nftables mode for the whole sandbox (every
+// node's bridge is in the one network namespace it programs). It leaves the
+// machine-wide conntrack settings alone.
+func (cp *ControlPlane) StartProxy(in *instance.Instance, opts Options) error {
+	conf := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %s
+  qps: 50
+  burst: 100
+mode: nftables
+clusterCIDR: %s
+hostnameOverride: %s
+bindAddress: %s
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+detectLocalMode: ClusterCIDR
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`, filepath.Join(PKIDir(in), "kube-proxy.kubeconfig"), in.PodCIDR, instance.NodeName(0), in.APIServerIP())
+	file := in.Path("kube-proxy.yaml")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	_, err := cp.add(in, opts, "kube-proxy", []string{"--config=" + file, "--v=1"})
+	return err
+}

@@ -2,18 +2,29 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox/control"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/network"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/node"
 )
 
 // serveControl listens on D/control.sock (root only) before setup starts,
@@ -88,62 +99,116 @@ func (d *Daemon) status() control.Status {
 	in := d.in
 	st := control.Status{
 		Name: in.Name, Dir: in.Dir, PID: os.Getpid(), Ready: d.ready.Load(), Kubeconfig: in.Kubeconfig(),
-		APIServer: "https://" + net.JoinHostPort(in.BridgeIP().String(), strconv.Itoa(instance.APIServerPort)),
+		APIServer: "https://" + net.JoinHostPort(in.APIServerIP().String(), strconv.Itoa(instance.APIServerPort)),
 		PodCIDR:   in.PodCIDR.String(),
 	}
 	if v, ok := d.setupErr.Load().(string); ok {
 		st.Error = v
 	}
-	for i, n := range d.nodes {
-		st.Nodes = append(st.Nodes, control.NodeStatus{Name: n.Name(), Running: n.Running(), Port: instance.KubeletPort(i)})
+	for _, n := range d.nodes {
+		st.Nodes = append(st.Nodes, control.NodeStatus{Name: n.Name(), Running: n.Running(), Port: instance.KubeletPort, Address: n.KubeletAddress()})
 	}
-	if d.images != nil {
-		for _, img := range d.images.List() {
-			st.Images = append(st.Images, img.Ref)
-		}
-	}
+	d.imagesMu.Lock()
+	st.Images = slices.Sorted(slices.Values(d.images))
+	d.imagesMu.Unlock()
 	return st
 }
 
-func (d *Daemon) kill(_ context.Context, t control.Target) (any, error) {
-	for _, n := range d.nodes {
-		if n.HasPod(t.Namespace, t.Name) {
-			return nil, n.KillContainer(t.Namespace, t.Name, t.Container)
+// kill SIGKILLs the named container of a Pod (every running one when none
+// is named) through its node's containerd.
+func (d *Daemon) kill(ctx context.Context, t control.Target) (any, error) {
+	pod, n, err := d.podNode(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+		if (t.Container == "" || cs.Name == t.Container) && cs.State.Running != nil {
+			_, id, _ := strings.Cut(cs.ContainerID, "://")
+			ids = append(ids, id)
 		}
 	}
-	return nil, fmt.Errorf("pod %s/%s is not running on any running node", t.Namespace, t.Name)
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("pod %s/%s has no running container %q", t.Namespace, t.Name, t.Container)
+	}
+	return nil, n.KillContainers(ctx, ids)
 }
 
+// podNode finds a Pod and the running node it is bound to.
+func (d *Daemon) podNode(ctx context.Context, t control.Target) (*corev1.Pod, *node.Node, error) {
+	pod, err := d.client.CoreV1().Pods(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := d.nodeByName(pod.Spec.NodeName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pod %s/%s is not on a node of the sandbox: %w", t.Namespace, t.Name, err)
+	}
+	if !n.Running() {
+		return nil, nil, fmt.Errorf("pod %s/%s is on node %s, which is stopped", t.Namespace, t.Name, n.Name())
+	}
+	return pod, n, nil
+}
+
+// setLink cuts a Pod off the network or lets it back on.
 func (d *Daemon) setLink(ctx context.Context, t control.Target, up bool) error {
-	for _, n := range d.nodes {
-		if n.HasPod(t.Namespace, t.Name) {
-			return n.SetPodLink(ctx, t.Namespace, t.Name, up)
+	pod, err := d.client.CoreV1().Pods(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	addr, err := netip.ParseAddr(pod.Status.PodIP)
+	if err != nil {
+		return fmt.Errorf("pod %s/%s has no IP yet", t.Namespace, t.Name)
+	}
+	p := netip.PrefixFrom(addr, 32)
+	if up {
+		return network.Restore(ctx, p)
+	}
+	return network.Cut(ctx, p)
+}
+
+// nodePrefixes are what a stopped node loses: its Pods' subnet and its own
+// address.
+func (d *Daemon) nodePrefixes(n *node.Node) []netip.Prefix {
+	return []netip.Prefix{d.in.NodeCIDR(n.Index()), netip.PrefixFrom(d.in.NodeIP(n.Index()), 32)}
+}
+
+func (d *Daemon) stopNode(ctx context.Context, t control.Target) (any, error) {
+	n, err := d.nodeByName(t.Node)
+	if err != nil {
+		return nil, err
+	}
+	err = n.Stop(ctx, func(ctx context.Context) error {
+		for _, p := range d.nodePrefixes(n) {
+			if err := network.Cut(ctx, p); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err == nil {
+		slog.Info("Node stopped", "node", t.Node)
 	}
-	return fmt.Errorf("pod %s/%s is not running on any running node", t.Namespace, t.Name)
+	return nil, err
 }
 
-func (d *Daemon) stopNode(_ context.Context, t control.Target) (any, error) {
+func (d *Daemon) startNode(ctx context.Context, t control.Target) (any, error) {
 	n, err := d.nodeByName(t.Node)
 	if err != nil {
 		return nil, err
 	}
-	n.Stop()
-	slog.Info("Node stopped", "node", t.Node)
-	return nil, nil
+	return nil, n.Start(ctx, func(ctx context.Context) error {
+		for _, p := range d.nodePrefixes(n) {
+			if err := network.Restore(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
-func (d *Daemon) startNode(_ context.Context, t control.Target) (any, error) {
-	n, err := d.nodeByName(t.Node)
-	if err != nil {
-		return nil, err
-	}
-	slog.Info("Node starting", "node", t.Node)
-	// Not the request's context: the node outlives the request.
-	return nil, n.Start(context.Background())
-}
-
-func (d *Daemon) addImage(_ context.Context, t control.Target) (any, error) {
+// addImage packs a directory into an image and imports it into every node.
+func (d *Daemon) addImage(ctx context.Context, t control.Target) (any, error) {
 	info, err := os.Stat(t.Dir)
 	if err != nil {
 		return nil, err
@@ -151,21 +216,38 @@ func (d *Daemon) addImage(_ context.Context, t control.Target) (any, error) {
 	if !info.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory", t.Dir)
 	}
-	return nil, d.images.Add(images.Image{Ref: t.Ref, Root: t.Dir, Env: []string{images.DefaultPath}, Source: "directory"})
-}
-
-func (d *Daemon) loadImage(_ context.Context, t control.Target) (any, error) {
-	loaded, err := images.Load(t.File, d.in.Path("images"))
+	ref, err := images.Normalize(t.Ref)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.images.Add(loaded...); err != nil {
+	file := filepath.Join(d.in.Path("images"), fmt.Sprintf("%x.tar", sha256.Sum256([]byte(ref))))
+	if err := images.Write(images.Spec{Refs: []string{ref}, Root: t.Dir}, file); err != nil {
 		return nil, err
 	}
-	out := control.Refs{}
-	for _, img := range loaded {
-		ref, _ := images.Normalize(img.Ref)
-		out.Refs = append(out.Refs, ref)
+	return nil, d.importAll(ctx, file, []string{ref})
+}
+
+// loadImage imports an image tarball as it is into every node.
+func (d *Daemon) loadImage(ctx context.Context, t control.Target) (any, error) {
+	refs, err := images.Refs(t.File)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	if err := d.importAll(ctx, t.File, refs); err != nil {
+		return nil, err
+	}
+	return control.Refs{Refs: refs}, nil
+}
+
+func (d *Daemon) importAll(ctx context.Context, file string, refs []string) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, n := range d.nodes {
+		g.Go(func() error { return n.Import(gctx, file) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	d.addImages(refs...)
+	slog.Info("Imported images into every node", "refs", refs)
+	return nil
 }

@@ -1,7 +1,9 @@
 // Package daemon is the long-running half of a sandbox: `sandbox up`
-// starts it detached. It supervises the control plane, runs the nodes, the
-// storage provisioner and the DNS writer in-process, and serves the control
-// API on D/control.sock.
+// starts it detached, inside the sandbox's network namespace and a private
+// mount namespace. It supervises the control plane, kube-proxy and every
+// node's containerd and kubelet, imports the images, runs the storage
+// provisioner, deploys CoreDNS and serves the control API on
+// D/control.sock.
 package daemon
 
 import (
@@ -9,16 +11,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,11 +30,13 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/seed74754924/etcd-operator/internal/sandbox/cgroups"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/controlplane"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/dns"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/netns"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/namespace"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/network"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/node"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/storage"
 )
@@ -40,27 +45,35 @@ import (
 type Options struct {
 	Instance   *instance.Instance
 	ToolsBin   string
-	Binary     string
 	MaxBackoff time.Duration
 }
+
+// Host tools the nodes need, from Debian's packages.
+const (
+	runcPath  = "/usr/sbin/runc"
+	cniBinDir = "/usr/lib/cni"
+)
 
 // Daemon is one running sandbox.
 type Daemon struct {
 	opts     Options
 	in       *instance.Instance
+	cgroups  *cgroups.Host
 	cp       *controlplane.ControlPlane
 	client   kubernetes.Interface
 	nodes    []*node.Node
-	images   *images.Registry
 	storage  *storage.Provisioner
 	ready    atomic.Bool
 	setupErr atomic.Value // string
 	stop     chan struct{}
 	stopOnce sync.Once
+
+	imagesMu sync.Mutex
+	images   []string
 }
 
 // Run runs the daemon until SIGTERM or a shutdown request, then stops the
-// Pods and the control plane.
+// nodes and the control plane.
 func Run(opts Options) error {
 	in := opts.Instance
 	lock, err := lockDir(in)
@@ -72,6 +85,9 @@ func Run(opts Options) error {
 		return err
 	}
 	d := &Daemon{opts: opts, in: in, stop: make(chan struct{})}
+	if err := d.enter(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 1)
@@ -93,9 +109,32 @@ func Run(opts Options) error {
 		d.setupErr.Store(err.Error())
 	}
 	<-d.stop
-	slog.Info("Shutting down: stopping Pods, then the control plane")
+	slog.Info("Shutting down: stopping the nodes, then the control plane")
 	d.teardown()
 	return nil
+}
+
+// enter finishes moving the daemon into the sandbox's own host: the mounts
+// of its private mount namespace, its cgroup, the configuration of its
+// network namespace.
+func (d *Daemon) enter() error {
+	if err := namespace.SetupMounts(d.in.Dir); err != nil {
+		return err
+	}
+	cg, err := cgroups.Detect()
+	if err != nil {
+		return err
+	}
+	d.cgroups = cg
+	self := "/" + d.in.CgroupName() + "/daemon"
+	if err := cg.Create(self); err != nil {
+		return fmt.Errorf("creating cgroup %s: %w", self, err)
+	}
+	if err := cg.Join(self, os.Getpid()); err != nil {
+		return err
+	}
+	slog.Info("Entered the sandbox's namespaces and cgroup", "cgroup", self, "cgroupVersion", cg.Version())
+	return network.Configure(context.Background())
 }
 
 // lockDir makes sure one daemon at most runs per directory.
@@ -114,157 +153,204 @@ func lockDir(in *instance.Instance) (*os.File, error) {
 // Shutdown asks Run to stop.
 func (d *Daemon) Shutdown() { d.stopOnce.Do(func() { close(d.stop) }) }
 
+// setup starts the control plane while the nodes' runtimes start and get
+// the system images, then the kubelets, kube-proxy, storage and CoreDNS while
+// the etcd images are imported, and returns once every node is Ready, DNS
+// answers and every image is in.
 func (d *Daemon) setup(ctx context.Context) error {
 	in := d.in
 	start := time.Now()
-	if err := netns.EnsureBridge(ctx, in.BridgeName(), prefix16(in)); err != nil {
-		return fmt.Errorf("creating bridge %s: %w", in.BridgeName(), err)
+	for _, tool := range []string{runcPath, filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"), filepath.Join(cniBinDir, "loopback")} {
+		if _, err := os.Stat(tool); err != nil {
+			return fmt.Errorf("%s is missing: install Debian's runc and containernetworking-plugins (hack/sandbox-deps.sh)", tool)
+		}
 	}
 	if err := controlplane.WritePKI(in); err != nil {
 		return fmt.Errorf("writing certificates: %w", err)
 	}
-	cp, err := controlplane.Start(ctx, in, controlplane.Options{ToolsBin: d.opts.ToolsBin})
+	if err := d.makeNodes(); err != nil {
+		return err
+	}
+	builtins, err := images.Builtins(filepath.Dir(d.opts.ToolsBin))
 	if err != nil {
 		return err
 	}
-	d.cp = cp
-	slog.Info("Control plane is up", "after", time.Since(start).Round(time.Millisecond))
-	cfg, err := clientcmd.BuildConfigFromFlags("", in.Kubeconfig())
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = 100, 200
-	if d.client, err = kubernetes.NewForConfig(cfg); err != nil {
+	system := slices.DeleteFunc(slices.Clone(builtins), func(t images.Tarball) bool { return !t.System })
+	others := slices.DeleteFunc(slices.Clone(builtins), func(t images.Tarball) bool { return t.System })
+	// The etcd images go in while the control plane and the kubelets start.
+	imported := make(chan error, len(d.nodes))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.startControlPlane(gctx, start) })
+	g.Go(func() error {
+		// The imports outlive gctx, which ends with g.Wait.
+		return d.startRuntimes(gctx, ctx, system, others, imported, start)
+	})
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	if err := d.startWorld(ctx); err != nil {
 		return err
 	}
-	if err := d.waitNodesReady(ctx); err != nil {
+	if err := d.waitReady(ctx); err != nil {
 		return err
 	}
+	for range d.nodes {
+		if err := <-imported; err != nil {
+			return err
+		}
+	}
+	d.recordImages(others)
+	slog.Info("Every node has the etcd images", "after", time.Since(start).Round(time.Millisecond))
 	d.ready.Store(true)
 	slog.Info("Sandbox is ready", "after", time.Since(start).Round(time.Millisecond), "nodes", len(d.nodes))
 	return nil
 }
 
-// prefix16 is the bridge's address with the Pod CIDR's length.
-func prefix16(in *instance.Instance) netip.Prefix {
-	return netip.PrefixFrom(in.BridgeIP(), in.PodCIDR.Bits())
-}
-
-// startWorld starts informers, images, DNS, storage and the nodes.
-func (d *Daemon) startWorld(ctx context.Context) error {
-	in := d.in
-	f := informers.NewSharedInformerFactory(d.client, 0)
-	pods, secrets, cms := f.Core().V1().Pods(), f.Core().V1().Secrets(), f.Core().V1().ConfigMaps()
-	pvcs, pvs, svcs := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes(), f.Core().V1().Services()
-	eps := f.Discovery().V1().EndpointSlices()
-	toolsRoot := filepath.Dir(d.opts.ToolsBin)
-	d.images = images.NewRegistry(in.Path("images.json"))
-	builtins, err := images.Builtins(toolsRoot)
+func (d *Daemon) makeNodes() error {
+	ca, err := controlplane.LoadCA(d.in)
 	if err != nil {
 		return err
 	}
-	if err := d.images.Add(builtins...); err != nil {
+	for i := range d.in.Nodes {
+		n := node.New(node.Config{
+			Instance: d.in, Index: i, ToolsBin: d.opts.ToolsBin, Cgroups: d.cgroups,
+			CAFile: filepath.Join(controlplane.PKIDir(d.in), "ca.crt"), Runc: runcPath, CNIBinDir: cniBinDir,
+			PauseImage: images.Pause, MaxBackoff: d.opts.MaxBackoff, Env: append(os.Environ(), d.in.Marker()),
+		})
+		if err := n.Prepare(); err != nil {
+			return err
+		}
+		if err := controlplane.WriteNodeCredentials(d.in, ca, i, filepath.Join(d.in.NodeDir(i), "pki")); err != nil {
+			return err
+		}
+		d.nodes = append(d.nodes, n)
+	}
+	return nil
+}
+
+func (d *Daemon) startControlPlane(ctx context.Context, start time.Time) error {
+	cp, err := controlplane.Start(ctx, d.in, controlplane.Options{ToolsBin: d.opts.ToolsBin})
+	if err != nil {
 		return err
 	}
-	hosts := dns.NewWriter(pods.Lister(), svcs.Lister(), eps.Lister(), in.BridgeIP().String())
-	d.storage = &storage.Provisioner{Client: d.client, PVCs: pvcs.Lister(), PVs: pvs.Lister(), Dir: in.Path("volumes")}
+	d.cp = cp
+	slog.Info("Control plane is up", "after", time.Since(start).Round(time.Millisecond))
+	cfg, err := clientcmd.BuildConfigFromFlags("", d.in.Kubeconfig())
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	d.client, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+// startRuntimes starts every node's containerd and imports the system
+// images into it, the nodes side by side; each node then goes on importing
+// the other images on its own, reporting to imported when done.
+func (d *Daemon) startRuntimes(ctx, importCtx context.Context, system, others []images.Tarball, imported chan<- error, start time.Time) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, n := range d.nodes {
+		g.Go(func() error {
+			if err := n.StartRuntime(gctx); err != nil {
+				return err
+			}
+			if err := importInto(gctx, n, system); err != nil {
+				return err
+			}
+			go func() { imported <- importInto(importCtx, n, others) }()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	d.recordImages(system)
+	slog.Info("Node runtimes are up with the system images", "after", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func importInto(ctx context.Context, n *node.Node, tarballs []images.Tarball) error {
+	for _, t := range tarballs {
+		if err := n.Import(ctx, t.File); err != nil {
+			return fmt.Errorf("node %s: importing %s: %w", n.Name(), t.File, err)
+		}
+	}
+	return nil
+}
+
+func (d *Daemon) recordImages(tarballs []images.Tarball) {
+	for _, t := range tarballs {
+		d.addImages(t.Refs...)
+	}
+}
+
+// startWorld starts the kubelets, kube-proxy, the storage provisioner and
+// CoreDNS.
+func (d *Daemon) startWorld(ctx context.Context) error {
+	for _, n := range d.nodes {
+		if err := n.StartKubelet(); err != nil {
+			return err
+		}
+	}
+	if err := d.cp.StartProxy(d.in, controlplane.Options{ToolsBin: d.opts.ToolsBin}); err != nil {
+		return err
+	}
+	f := informers.NewSharedInformerFactory(d.client, 0)
+	pvcs, pvs := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
+	d.storage = &storage.Provisioner{Client: d.client, PVCs: pvcs.Lister(), PVs: pvs.Lister(), Dir: d.in.Path("volumes")}
 	d.storage.Init()
 	if err := d.storage.EnsureClasses(ctx); err != nil {
 		return err
 	}
-	veths := &atomic.Uint64{}
-	for i := range in.Nodes {
-		d.nodes = append(d.nodes, node.New(node.Config{
-			Instance: in, Client: d.client, Pods: pods.Lister(), Secrets: secrets.Lister(), ConfigMaps: cms.Lister(),
-			PVCs: pvcs.Lister(), PVs: pvs.Lister(), Images: d.images, Hosts: hosts, CA: mustCA(in),
-			Binary: d.opts.Binary, MaxBackoff: d.opts.MaxBackoff, Veths: veths, KubeletVersion: d.kubeletVersion(),
-		}, i))
+	key := func(obj any) string {
+		k, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		return k
 	}
-	d.handleEvents(pods.Informer(), svcs.Informer(), eps.Informer(), pvcs.Informer(), pvs.Informer(), hosts)
+	_, _ = pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { d.storage.ClaimChanged(key(obj)) },
+		UpdateFunc: func(_, obj any) { d.storage.ClaimChanged(key(obj)) },
+	})
+	_, _ = pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { d.storage.VolumeChanged(key(obj)) },
+		UpdateFunc: func(_, obj any) { d.storage.VolumeChanged(key(obj)) },
+		DeleteFunc: func(obj any) { d.storage.VolumeChanged(key(obj)) },
+	})
 	f.Start(ctx.Done())
 	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer for %v did not sync", typ)
 		}
 	}
-	go hosts.Run(ctx)
 	go d.storage.Run(ctx)
-	for _, n := range d.nodes {
-		if err := n.Start(ctx); err != nil {
-			return err
-		}
+	ref, err := images.CoreDNS(filepath.Dir(d.opts.ToolsBin))
+	if err != nil {
+		return err
 	}
-	return nil
+	return dns.Deploy(ctx, d.client, ref, d.in.DNSServiceIP().String())
 }
 
-func (d *Daemon) handleEvents(pods, svcs, eps, pvcs, pvs cache.SharedIndexInformer, hosts *dns.Writer) {
-	onPod := func(obj any, deleted bool) {
-		pod, ok := podOf(obj)
-		if !ok {
-			return
-		}
-		hosts.Trigger()
-		for _, n := range d.nodes {
-			if n.Name() != pod.Spec.NodeName {
-				continue
-			}
-			if deleted {
-				n.PodDeleted(pod)
-			} else {
-				n.PodChanged(pod)
-			}
-		}
-	}
-	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { onPod(obj, false) },
-		UpdateFunc: func(_, obj any) { onPod(obj, false) },
-		DeleteFunc: func(obj any) { onPod(obj, true) },
-	})
-	trigger := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { hosts.Trigger() },
-		UpdateFunc: func(any, any) { hosts.Trigger() },
-		DeleteFunc: func(any) { hosts.Trigger() },
-	}
-	_, _ = svcs.AddEventHandler(trigger)
-	_, _ = eps.AddEventHandler(trigger)
-	key := func(obj any) string {
-		k, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		return k
-	}
-	_, _ = pvcs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.storage.ClaimChanged(key(obj)) },
-		UpdateFunc: func(_, obj any) { d.storage.ClaimChanged(key(obj)) },
-	})
-	_, _ = pvs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.storage.VolumeChanged(key(obj)) },
-		UpdateFunc: func(_, obj any) { d.storage.VolumeChanged(key(obj)) },
-		DeleteFunc: func(obj any) { d.storage.VolumeChanged(key(obj)) },
-	})
-}
-
-func podOf(obj any) (*corev1.Pod, bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
-	return pod, ok
-}
-
-// waitNodesReady returns once the API shows every node Ready.
-func (d *Daemon) waitNodesReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// waitReady returns once the API shows every node Ready and CoreDNS serves.
+func (d *Daemon) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
+	var last string
 	for {
 		list, err := d.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err == nil && countReady(list.Items) >= len(d.nodes) {
-			return nil
+		ready := 0
+		if err == nil {
+			ready = countReady(list.Items)
+		}
+		last = fmt.Sprintf("%d of %d nodes Ready", ready, len(d.nodes))
+		if ready >= len(d.nodes) {
+			ok, err := dns.Ready(ctx, d.client)
+			if ok {
+				return nil
+			}
+			last += fmt.Sprintf(", CoreDNS not ready (%v)", err)
 		}
 		select {
 		case <-ctx.Done():
-			return errors.New("nodes did not become Ready within 2 minutes")
+			return errors.New("the sandbox did not become ready within 3 minutes: " + last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -282,8 +368,9 @@ func countReady(nodes []corev1.Node) int {
 	return n
 }
 
-// teardown stops the Pods (removing their namespaces and mounts), then the
-// control plane, then the bridge.
+// teardown stops the nodes (their kubelets, containers and containerd),
+// then the control plane. What is left (shims, a cgroup, the namespaces)
+// goes with `sandbox down`.
 func (d *Daemon) teardown() {
 	var wg sync.WaitGroup
 	for _, n := range d.nodes {
@@ -293,7 +380,6 @@ func (d *Daemon) teardown() {
 	if d.cp != nil {
 		d.cp.Stop()
 	}
-	_ = netns.DeleteLink(context.Background(), d.in.BridgeName())
 	_ = os.Remove(d.in.PIDFile())
 }
 
@@ -304,4 +390,14 @@ func (d *Daemon) nodeByName(name string) (*node.Node, error) {
 		}
 	}
 	return nil, fmt.Errorf("no node named %q", name)
+}
+
+func (d *Daemon) addImages(refs ...string) {
+	d.imagesMu.Lock()
+	defer d.imagesMu.Unlock()
+	for _, r := range refs {
+		if !slices.Contains(d.images, r) {
+			d.images = append(d.images, r)
+		}
+	}
 }

@@ -1,47 +1,39 @@
 package images
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// etcdBinaries are the files of an etcd release image.
-var etcdBinaries = []string{"etcd", "etcdctl", "etcdutl"}
-
-// Builtins returns an image for every etcd release in the toolchain (one
-// directory per release under toolsRoot/etcd), under the references the
-// upstream images use. Their root filesystems are made once under
-// toolsRoot/sandbox-images and shared by every sandbox.
-func Builtins(toolsRoot string) ([]Image, error) {
-	entries, err := os.ReadDir(filepath.Join(toolsRoot, "etcd"))
-	if err != nil {
-		return nil, fmt.Errorf("listing etcd releases in the toolchain: %w", err)
-	}
-	var out []Image
-	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), "v") {
-			continue
-		}
-		version := strings.TrimPrefix(e.Name(), "v")
-		root, err := etcdRoot(toolsRoot, version)
-		if err != nil {
-			return nil, err
-		}
-		for _, ref := range EtcdRefs(version) {
-			out = append(out, Image{
-				Ref: ref, Root: root, Cmd: []string{"/usr/local/bin/etcd"},
-				Env: []string{DefaultPath}, Source: "toolchain etcd " + version,
-			})
-		}
-	}
-	return out, nil
+// Tarball is an image file ready to import and the references it carries.
+type Tarball struct {
+	File string
+	Refs []string
+	// System marks the images a node needs before it runs any Pod: the Pod
+	// sandbox and CoreDNS.
+	System bool
 }
 
-// EtcdRefs are the references of one etcd release.
+// Pause is the reference of the sandbox's pause image; the nodes' containerd
+// uses it for every Pod sandbox and never garbage-collects it.
+const Pause = "registry.k8s.io/pause:3.10-sandbox"
+
+// CoreDNS is the reference of the cluster DNS image built from the
+// toolchain's CoreDNS (its version is the name of the directory bin/coredns
+// links into).
+func CoreDNS(toolsRoot string) (string, error) {
+	target, err := filepath.EvalSymlinks(filepath.Join(toolsRoot, "bin", "coredns"))
+	if err != nil {
+		return "", fmt.Errorf("CoreDNS is not in the toolchain: %w (run `make tools`)", err)
+	}
+	return "registry.k8s.io/coredns/coredns:" + filepath.Base(filepath.Dir(target)), nil
+}
+
+// EtcdRefs are the references of one etcd release, as upstream publishes it.
 func EtcdRefs(version string) []string {
 	return []string{
 		"quay.io/coreos/etcd:v" + version,
@@ -50,81 +42,106 @@ func EtcdRefs(version string) []string {
 	}
 }
 
-// etcdRoot builds (once) a root filesystem like the upstream distroless
-// image: the binaries in /usr/local/bin, /tmp, users root and nonroot, and
-// no shell.
-func etcdRoot(toolsRoot, version string) (string, error) {
-	root := filepath.Join(toolsRoot, "sandbox-images", "etcd-v"+version)
-	if _, err := os.Stat(filepath.Join(root, "usr", "local", "bin", "etcdutl")); err == nil {
-		return root, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(root), 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(root), ".image-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := writeSkeleton(tmp); err != nil {
-		return "", err
-	}
-	for _, bin := range etcdBinaries {
-		src := filepath.Join(toolsRoot, "etcd", "v"+version, bin)
-		if err := linkOrCopy(src, filepath.Join(tmp, "usr", "local", "bin", bin)); err != nil {
-			return "", err
-		}
-	}
-	// Rename makes the image appear whole; a concurrent builder's rename
-	// that lost the race is fine, the image is the same.
-	if err := os.Rename(tmp, root); err != nil && !errors.Is(err, os.ErrExist) && !isNotEmpty(err) {
-		return "", err
-	}
-	return root, nil
+// etcdBinaries are the files of an etcd release image.
+var etcdBinaries = []string{"etcd", "etcdctl", "etcdutl"}
+
+// accounts are the users and groups of the distroless-like images.
+var accounts = map[string]string{
+	"etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
+	"etc/group":  "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
 }
 
-func isNotEmpty(err error) bool { return strings.Contains(err.Error(), "directory not empty") }
-
-func writeSkeleton(root string) error {
-	for _, d := range []string{"usr/local/bin", "etc", "tmp", "var/lib", "home/nonroot", "root"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return err
+// Builtins returns (building once, into toolsRoot/sandbox-images) the image
+// of every etcd release in the toolchain, the pause image and the CoreDNS
+// image. A tarball is named after the modification time of its binaries, so
+// a rebuilt tool gets a new image.
+func Builtins(toolsRoot string) ([]Tarball, error) {
+	entries, err := os.ReadDir(filepath.Join(toolsRoot, "etcd"))
+	if err != nil {
+		return nil, fmt.Errorf("listing etcd releases in the toolchain: %w", err)
+	}
+	var out []Tarball
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "v") {
+			continue
 		}
-	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
-		return err
-	}
-	if err := os.Chown(filepath.Join(root, "home/nonroot"), 65532, 65532); err != nil {
-		return err
-	}
-	files := map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n",
-		"etc/group":  "root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n",
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
-			return err
+		t, err := etcdImage(toolsRoot, strings.TrimPrefix(e.Name(), "v"))
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, t)
 	}
-	return nil
+	bin := filepath.Join(toolsRoot, "bin")
+	pause, err := cached(toolsRoot, "pause", Spec{
+		Refs:   []string{Pause},
+		Files:  map[string]string{"pause": filepath.Join(bin, "pause")},
+		Config: v1.Config{Entrypoint: []string{"/pause"}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	dnsRef, err := CoreDNS(toolsRoot)
+	if err != nil {
+		return nil, err
+	}
+	dns, err := cached(toolsRoot, "coredns-"+dnsRef[strings.LastIndex(dnsRef, ":")+1:], Spec{
+		Refs:   []string{dnsRef},
+		Files:  map[string]string{"coredns": filepath.Join(bin, "coredns")},
+		Dirs:   map[string]os.FileMode{"etc": 0o755},
+		Text:   accounts,
+		Config: v1.Config{Entrypoint: []string{"/coredns"}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	pause.System, dns.System = true, true
+	return append(out, pause, dns), nil
 }
 
-func linkOrCopy(src, dst string) error {
-	if err := os.Link(src, dst); err == nil {
-		return nil
+// etcdImage is like the upstream distroless image: the binaries in
+// /usr/local/bin, /tmp, users root and nonroot, no shell, CMD etcd.
+func etcdImage(toolsRoot, version string) (Tarball, error) {
+	files := map[string]string{}
+	for _, b := range etcdBinaries {
+		files["usr/local/bin/"+b] = filepath.Join(toolsRoot, "etcd", "v"+version, b)
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
+	return cached(toolsRoot, "etcd-v"+version, Spec{
+		Refs:  EtcdRefs(version),
+		Files: files,
+		Text:  accounts,
+		Dirs: map[string]os.FileMode{
+			"etc": 0o755, "usr": 0o755, "usr/local": 0o755, "usr/local/bin": 0o755, "tmp": 0o777 | os.ModeSticky,
+			"var": 0o755, "var/lib": 0o755, "home": 0o755, "home/nonroot": 0o700, "root": 0o700,
+		},
+		Owners: map[string][2]int{"home/nonroot": {65532, 65532}},
+		Config: v1.Config{Cmd: []string{"/usr/local/bin/etcd"}},
+	})
+}
+
+// cached writes the image unless a tarball for the same binaries exists.
+func cached(toolsRoot, base string, spec Spec) (Tarball, error) {
+	var stamp int64
+	for _, src := range spec.Files {
+		info, err := os.Stat(src)
+		if err != nil {
+			return Tarball{}, fmt.Errorf("image %s: %w (run `make tools`)", base, err)
+		}
+		stamp = max(stamp, info.ModTime().UnixNano())
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
+	refs := make([]string, len(spec.Refs))
+	for i, r := range spec.Refs {
+		n, err := Normalize(r)
+		if err != nil {
+			return Tarball{}, err
+		}
+		refs[i] = n
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	file := filepath.Join(toolsRoot, "sandbox-images", fmt.Sprintf("%s-%x.tar", base, stamp))
+	if exists(file) {
+		return Tarball{File: file, Refs: refs}, nil
 	}
-	return out.Close()
+	if err := Write(spec, file); err != nil {
+		return Tarball{}, fmt.Errorf("writing image %s: %w", base, err)
+	}
+	return Tarball{File: file, Refs: refs}, nil
 }

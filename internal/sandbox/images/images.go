@@ -1,35 +1,36 @@
-// Package images maps image references to local root filesystems. There is
-// no registry to pull from: the etcd releases of the toolchain are built in,
-// a directory can be registered under any reference, and OCI or docker image
-// tarballs are unpacked into a root filesystem.
+// Package images makes the OCI images the sandbox's nodes run. There is no
+// registry to pull from: the etcd releases of the toolchain, the pause
+// process and CoreDNS are packed into image tarballs (with
+// go-containerregistry, cached next to the toolchain), a directory can be
+// packed under any reference, and every tarball, these or a user's, is
+// imported as it is into each node's containerd.
 package images
 
 import (
+	"archive/tar"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
-	"slices"
-	"sync"
+	"path"
+	"path/filepath"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // DefaultPath is the PATH of an image that sets none, as container runtimes
-// do.
+// use.
 const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Image is a root filesystem and the parts of its configuration a container
-// uses.
-type Image struct {
-	Ref        string   `json:"ref"`
-	Root       string   `json:"root"`
-	Entrypoint []string `json:"entrypoint,omitempty"`
-	Cmd        []string `json:"cmd,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	WorkingDir string   `json:"workingDir,omitempty"`
-	User       string   `json:"user,omitempty"`
-	Source     string   `json:"source"`
-}
+// Annotations under which OCI layouts name their images.
+const (
+	annotationContainerd = "io.containerd.image.name"
+	annotationRefName    = "org.opencontainers.image.ref.name"
+)
 
 // Normalize turns a reference into its canonical form, so `busybox`,
 // `busybox:latest` and `docker.io/library/busybox:latest` are one image; a
@@ -42,89 +43,111 @@ func Normalize(ref string) (string, error) {
 	return r.Name(), nil
 }
 
-// Registry is the set of known images, kept in memory and mirrored to a
-// JSON file for `sandbox status`.
-type Registry struct {
-	mu     sync.RWMutex
-	path   string
-	images map[string]Image
-	// changed is closed and replaced whenever an image is added, so Pods
-	// waiting on a missing image retry at once.
-	changed chan struct{}
-}
-
-// NewRegistry returns an empty registry saved to path.
-func NewRegistry(path string) *Registry {
-	return &Registry{path: path, images: map[string]Image{}, changed: make(chan struct{})}
-}
-
-// Add registers images under their references (normalising them).
-func (r *Registry) Add(imgs ...Image) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, img := range imgs {
-		ref, err := Normalize(img.Ref)
-		if err != nil {
-			return err
-		}
-		img.Ref = ref
-		r.images[ref] = img
-	}
-	close(r.changed)
-	r.changed = make(chan struct{})
-	return r.save()
-}
-
-// Lookup finds an image by reference.
-func (r *Registry) Lookup(ref string) (Image, bool) {
-	norm, err := Normalize(ref)
+// Refs lists the references a docker-save or OCI-layout tarball names its
+// images by, normalised. A tarball whose images have no name cannot be
+// imported usefully, so that is an error.
+func Refs(file string) ([]string, error) {
+	index, docker, err := readIndex(file)
 	if err != nil {
-		return Image{}, false
+		return nil, err
 	}
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	img, ok := r.images[norm]
-	return img, ok
-}
-
-// Changed returns a channel closed at the next Add.
-func (r *Registry) Changed() <-chan struct{} {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.changed
-}
-
-// List returns every image sorted by reference.
-func (r *Registry) List() []Image {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]Image, 0, len(r.images))
-	for _, img := range r.images {
-		out = append(out, img)
-	}
-	slices.SortFunc(out, func(a, b Image) int {
-		if a.Ref < b.Ref {
-			return -1
+	var refs []string
+	if docker {
+		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(file) })
+		if err != nil {
+			return nil, fmt.Errorf("reading the manifest of %s: %w", file, err)
 		}
-		if a.Ref > b.Ref {
-			return 1
+		for _, desc := range m {
+			refs = append(refs, desc.RepoTags...)
 		}
-		return 0
-	})
-	return out
+	} else {
+		if refs, err = ociRefs(index); err != nil {
+			return nil, fmt.Errorf("reading index.json of %s: %w", file, err)
+		}
+	}
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("no image in %s has a name: tag it before saving", file)
+	}
+	for i, r := range refs {
+		if refs[i], err = Normalize(r); err != nil {
+			return nil, err
+		}
+	}
+	return refs, nil
 }
 
-func (r *Registry) save() error {
-	if r.path == "" {
-		return nil
+// ociRefs reads the images' names from an OCI index; a bare tag in
+// ref.name names nothing on its own.
+func ociRefs(index []byte) ([]string, error) {
+	var idx struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
 	}
-	list := make([]Image, 0, len(r.images))
-	for _, img := range r.images {
-		list = append(list, img)
+	if err := json.Unmarshal(index, &idx); err != nil {
+		return nil, err
 	}
-	data, err := json.MarshalIndent(list, "", "  ")
+	var refs []string
+	for _, m := range idx.Manifests {
+		if ref := m.Annotations[annotationContainerd]; ref != "" {
+			refs = append(refs, ref)
+		} else if ref := m.Annotations[annotationRefName]; strings.ContainsAny(ref, "/:") {
+			refs = append(refs, ref)
+		}
+	}
+	return refs, nil
+}
+
+// readIndex finds index.json (an OCI layout, returned) or manifest.json (a
+// docker-save tarball, reported by the flag) in a tarball.
+func readIndex(file string) ([]byte, bool, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil, false, fmt.Errorf("%s is neither a docker image tarball (manifest.json) nor an OCI layout (index.json)", file)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("reading %s: %w", file, err)
+		}
+		switch path.Clean(hdr.Name) {
+		case "manifest.json":
+			return nil, true, nil
+		case "index.json":
+			data, err := io.ReadAll(tr)
+			return data, false, err
+		}
+	}
+}
+
+// writeAtomically writes a file through a temporary one renamed into place,
+// so a concurrent reader (another sandbox using the same cache) never sees
+// half of it.
+func writeAtomically(file string, write func(tmp string) error) error {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file)+"-")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(r.path, data, 0o644)
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	if err := write(tmp.Name()); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}
+
+func exists(file string) bool {
+	_, err := os.Stat(file)
+	return !errors.Is(err, fs.ErrNotExist)
 }

@@ -1,7 +1,8 @@
 // Package instance names everything one sandbox creates on the host: its
-// directory layout, bridge, veths, network namespaces, addresses and the
-// marker that finds its processes again after a crash. Two sandboxes with
-// different names never share any of these, so they can run side by side.
+// directory layout, network namespace and the link into it, cgroup,
+// addresses and the marker that finds its processes again after a crash. Two
+// sandboxes with different names never share any of these, so they can run
+// side by side.
 package instance
 
 import (
@@ -15,22 +16,22 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 )
 
 // MarkerEnv is set in the environment of every process the sandbox starts
-// (the daemon and the control plane) so `down` finds them after a crash.
-// Container processes carry no marker; they are found through their Pod's
-// network namespace instead.
+// (the daemon, the control plane, the nodes' daemons) so `down` finds them
+// after a crash. Container processes carry no marker; they are found through
+// the instance's cgroup instead.
 const MarkerEnv = "SANDBOX_INSTANCE"
 
 // MaxNodes bounds --nodes: node i takes the /24 number i+1 of the Pod CIDR
-// and the services take the top /20, so 200 nodes is the most that fits.
+// and the address .0.(10+i), and the services take the top /20, so 200 nodes
+// is the most that fits.
 const MaxNodes = 200
 
-// validName keeps the instance id short enough for every interface name to
-// fit IFNAMSIZ (15 bytes including the veth counter).
+// validName keeps the instance id short enough for the host link's name to
+// fit IFNAMSIZ (15 bytes).
 var validName = regexp.MustCompile(`^[a-z0-9]{1,6}$`)
 
 // Instance is the identity of one sandbox; it is written to D/instance.json
@@ -89,59 +90,73 @@ func (in *Instance) octets() (byte, byte) {
 	return a[0], a[1]
 }
 
-// BridgeName is the Linux bridge every Pod veth of this sandbox joins.
-func (in *Instance) BridgeName() string { return "sbx-" + in.Name }
-
-// VethPrefix starts the host side name of every Pod veth.
-func (in *Instance) VethPrefix() string { return "sv" + in.Name + "-" }
-
-// VethName is the host side of the n-th Pod veth (base 36 keeps it short).
-func (in *Instance) VethName(n uint64) string {
-	return in.VethPrefix() + strconv.FormatUint(n%2176782336, 36)
-}
-
-// NetnsPrefix starts the name of every Pod network namespace.
-func (in *Instance) NetnsPrefix() string { return "sbx-" + in.Name + "-" }
-
-// NetnsName names the network namespace of one Pod.
-func (in *Instance) NetnsName(podUID string) string { return in.NetnsPrefix() + podUID }
-
-// BridgeIP is the host's address on the bridge: the API server, the kubelet
-// ports of every node and every node's InternalIP live there.
-func (in *Instance) BridgeIP() netip.Addr {
+func (in *Instance) addr(c, d byte) netip.Addr {
 	a, b := in.octets()
-	return netip.AddrFrom4([4]byte{a, b, 0, 1})
+	return netip.AddrFrom4([4]byte{a, b, c, d})
 }
+
+// NetnsName is the network namespace the whole sandbox lives in: the
+// control plane, every node's kubelet and containerd, the node bridges,
+// kube-proxy's rules. It is also the name of the host's end of the link
+// into it.
+func (in *Instance) NetnsName() string { return "sbx-" + in.Name }
+
+// HostLink is the host's end of the veth pair into the sandbox's network
+// namespace.
+func (in *Instance) HostLink() string { return "sbx-" + in.Name }
+
+// UplinkName is the sandbox's end of that pair, inside its namespace.
+const UplinkName = "uplink"
+
+// CgroupName is the instance's cgroup, directly below the root of every
+// hierarchy: every process of the sandbox lives below it.
+func (in *Instance) CgroupName() string { return "sandbox-" + in.Name }
+
+// HostIP is the host's address on the link into the sandbox.
+func (in *Instance) HostIP() netip.Addr { return in.addr(0, 1) }
+
+// APIServerIP is the sandbox's own address on that link: the API server
+// listens there, so the host and every Pod reach it.
+func (in *Instance) APIServerIP() netip.Addr { return in.addr(0, 2) }
+
+// LinkPrefix is the subnet of the link between host and sandbox.
+func (in *Instance) LinkPrefix() netip.Prefix { return netip.PrefixFrom(in.addr(0, 0), 24) }
+
+// NodeIP is node i's InternalIP, where its kubelet listens.
+func (in *Instance) NodeIP(i int) netip.Addr { return in.addr(0, byte(10+i)) }
 
 // NodeCIDR is the Pod CIDR of node i (0-based).
-func (in *Instance) NodeCIDR(i int) netip.Prefix {
-	a, b := in.octets()
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{a, b, byte(i + 1), 0}), 24)
-}
+func (in *Instance) NodeCIDR(i int) netip.Prefix { return netip.PrefixFrom(in.addr(byte(i+1), 0), 24) }
 
-// ServiceCIDR holds the Services' cluster IPs. Nothing routes them (there is
-// no kube-proxy); it only has to differ between instances.
-func (in *Instance) ServiceCIDR() netip.Prefix {
-	a, b := in.octets()
-	return netip.PrefixFrom(netip.AddrFrom4([4]byte{a, b, 240, 0}), 20)
-}
+// NodeGateway is the address of node i's bridge: its Pods' default gateway.
+func (in *Instance) NodeGateway(i int) netip.Addr { return in.addr(byte(i+1), 1) }
+
+// NodeBridge names node i's CNI bridge inside the sandbox's namespace.
+func NodeBridge(i int) string { return fmt.Sprintf("cni-node-%d", i) }
+
+// ServiceCIDR holds the Services' cluster IPs, routed by kube-proxy.
+func (in *Instance) ServiceCIDR() netip.Prefix { return netip.PrefixFrom(in.addr(240, 0), 20) }
 
 // KubernetesServiceIP is the first service IP, which kube-apiserver gives to
 // the `kubernetes` Service; the serving certificate covers it.
-func (in *Instance) KubernetesServiceIP() netip.Addr {
-	a, b := in.octets()
-	return netip.AddrFrom4([4]byte{a, b, 240, 1})
-}
+func (in *Instance) KubernetesServiceIP() netip.Addr { return in.addr(240, 1) }
 
-// APIServerPort is the secure port. Each instance has its own bridge IP, so
+// DNSServiceIP is the cluster IP of kube-dns, CoreDNS's Service.
+func (in *Instance) DNSServiceIP() netip.Addr { return in.addr(240, 10) }
+
+// APIServerPort is the secure port. Each instance has its own address, so
 // the standard port never collides and Pods reach https://kubernetes.default.svc.
 const APIServerPort = 443
 
-// KubeletPort is the HTTPS port of node i on the bridge IP.
-func KubeletPort(i int) int { return 10250 + i }
+// KubeletPort is every kubelet's HTTPS port, on its own node IP.
+const KubeletPort = 10250
 
 // NodeName names node i.
 func NodeName(i int) string { return fmt.Sprintf("node-%d", i) }
+
+// NodeDir holds node i's state: containerd's root and state, the kubelet's
+// root, its CNI configuration and its Pods' logs.
+func (in *Instance) NodeDir(i int) string { return in.Path("nodes", NodeName(i)) }
 
 // Paths inside the sandbox directory.
 func (in *Instance) Path(elem ...string) string {

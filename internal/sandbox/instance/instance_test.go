@@ -11,22 +11,29 @@ func TestNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct{ got, want string }{
-		{in.BridgeName(), "sbx-abc123"},
-		{in.VethName(0), "svabc123-0"},
-		{in.VethName(2176782335), "svabc123-zzzzzz"},
-		{in.NetnsName("u-1"), "sbx-abc123-u-1"},
-		{in.BridgeIP().String(), "10.77.0.1"},
+		{in.HostLink(), "sbx-abc123"},
+		{in.NetnsName(), "sbx-abc123"},
+		{in.CgroupName(), "sandbox-abc123"},
+		{in.HostIP().String(), "10.77.0.1"},
+		{in.APIServerIP().String(), "10.77.0.2"},
+		{in.NodeIP(0).String(), "10.77.0.10"},
+		{in.NodeIP(MaxNodes - 1).String(), "10.77.0.209"},
 		{in.NodeCIDR(0).String(), "10.77.1.0/24"},
 		{in.NodeCIDR(2).String(), "10.77.3.0/24"},
+		{in.NodeGateway(2).String(), "10.77.3.1"},
+		{NodeBridge(MaxNodes - 1), "cni-node-199"},
 		{in.ServiceCIDR().String(), "10.77.240.0/20"},
 		{in.KubernetesServiceIP().String(), "10.77.240.1"},
+		{in.DNSServiceIP().String(), "10.77.240.10"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
 		}
-		if len(tt.got) > 15 && tt.want[0] == 's' && tt.want[1] == 'v' {
-			t.Errorf("%q does not fit IFNAMSIZ", tt.got)
+	}
+	for _, name := range []string{in.HostLink(), NodeBridge(MaxNodes - 1), UplinkName} {
+		if len(name) > 15 {
+			t.Errorf("interface name %q does not fit IFNAMSIZ", name)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,7 +27,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"sleep": sleep, "serve": serve, "exit": exit, "cat": cat, "write": write, "rm": rm,
 		"fstype": fstype, "id": id, "env": env, "resolve": resolve, "get": get, "terminate": terminate,
-		"kube-get": kubeGet,
+		"kube-get": kubeGet, "alloc": alloc,
 	}
 	fn, ok := cmds[os.Args[1]]
 	if !ok {
@@ -217,4 +218,23 @@ func kubeGet(args []string) error {
 		return errors.New(resp.Status)
 	}
 	return nil
+}
+
+// alloc MiB touches that much memory, says so, and sleeps like sleep.
+func alloc(args []string) error {
+	n, err := strconv.Atoi(args[0])
+	if err != nil {
+		return err
+	}
+	held := make([][]byte, n)
+	for i := range held {
+		held[i] = make([]byte, 1<<20)
+		for j := 0; j < len(held[i]); j += 4096 {
+			held[i][j] = 1
+		}
+	}
+	fmt.Printf("allocated %d MiB\n", n)
+	err = sleep(nil)
+	runtime.KeepAlive(held)
+	return err
 }

@@ -1,4 +1,8 @@
-package controlplane
+// Package proc supervises the sandbox's long-running child processes (the
+// control plane, every node's containerd and kubelet, kube-proxy): each is
+// restarted when it exits on its own, stopped with SIGTERM then SIGKILL,
+// and logs to a file.
+package proc
 
 import (
 	"context"
@@ -11,15 +15,15 @@ import (
 	"time"
 )
 
-// process supervises one control-plane binary: it restarts it when it exits
-// on its own (etcd or kube-apiserver crashing would otherwise leave a dead
-// sandbox) and stops it with SIGTERM, then SIGKILL.
-type process struct {
-	name    string
-	path    string
-	args    []string
-	env     []string
-	logPath string
+// Process supervises one binary: it restarts it when it exits on its own
+// (etcd or kube-apiserver crashing would otherwise leave a dead sandbox) and
+// stops it with SIGTERM, then SIGKILL.
+type Process struct {
+	Name    string
+	Path    string
+	Args    []string
+	Env     []string
+	LogPath string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -29,7 +33,7 @@ type process struct {
 
 // start launches the supervision loop and returns once the first start
 // succeeded.
-func (p *process) start() error {
+func (p *Process) Start() error {
 	if err := p.launch(); err != nil {
 		return err
 	}
@@ -38,20 +42,20 @@ func (p *process) start() error {
 	return nil
 }
 
-func (p *process) launch() error {
-	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (p *Process) launch() error {
+	logFile, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(p.path, p.args...)
-	cmd.Env = p.env
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Env = p.Env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// Pdeathsig: if the daemon dies, its control plane goes with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", p.name, err)
+		return fmt.Errorf("starting %s: %w", p.Name, err)
 	}
 	p.mu.Lock()
 	p.cmd = cmd
@@ -59,7 +63,7 @@ func (p *process) launch() error {
 	return nil
 }
 
-func (p *process) supervise() {
+func (p *Process) supervise() {
 	defer close(p.done)
 	backoff := time.Second
 	for {
@@ -73,18 +77,18 @@ func (p *process) supervise() {
 		if stopping {
 			return
 		}
-		slog.Warn("Control-plane process exited; restarting it", "process", p.name, "err", err, "after", backoff)
+		slog.Warn("Process exited; restarting it", "process", p.Name, "err", err, "after", backoff)
 		time.Sleep(backoff)
 		backoff = min(2*backoff, 30*time.Second)
 		if err := p.launch(); err != nil {
-			slog.Error("Cannot restart control-plane process; giving up on it", "process", p.name, "err", err)
+			slog.Error("Cannot restart process; giving up on it", "process", p.Name, "err", err)
 			return
 		}
 	}
 }
 
-// stop ends the process, waiting up to grace before killing it.
-func (p *process) stop(grace time.Duration) {
+// Stop ends the process, waiting up to grace before killing it.
+func (p *Process) Stop(grace time.Duration) {
 	p.mu.Lock()
 	p.stopping = true
 	cmd := p.cmd
@@ -101,9 +105,9 @@ func (p *process) stop(grace time.Duration) {
 	}
 }
 
-// waitFor polls check until it succeeds, the process dies for good, or ctx
+// WaitFor polls check until it succeeds, the process dies for good, or ctx
 // ends; the error names the process and its log.
-func (p *process) waitFor(ctx context.Context, what string, check func(context.Context) error) error {
+func (p *Process) WaitFor(ctx context.Context, what string, check func(context.Context) error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -113,9 +117,9 @@ func (p *process) waitFor(ctx context.Context, what string, check func(context.C
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not become %s (see %s): %w", p.name, what, p.logPath, last)
+			return fmt.Errorf("%s did not become %s (see %s): %w", p.Name, what, p.LogPath, last)
 		case <-p.done:
-			return fmt.Errorf("%s exited; see %s", p.name, p.logPath)
+			return fmt.Errorf("%s exited; see %s", p.Name, p.LogPath)
 		case <-tick.C:
 		}
 	}

@@ -1,0 +1,129 @@
+// Package network builds the sandbox's network. The sandbox lives in a
+// network namespace of its own, joined to the host by one veth pair: the
+// host reaches the API server, the kubelets and every Pod IP through it, and
+// nothing inside has a route anywhere else, so nothing a Pod sends can leave
+// the machine. Inside, each node has a CNI bridge for its Pods (made by the
+// bridge plugin), the namespace routes between the bridges, and kube-proxy's
+// nftables rules route Services. The faults that cut Pods or whole nodes off
+// are an nftables table of the sandbox's own that drops their traffic.
+package network
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
+)
+
+// NetnsDir is where iproute2 keeps named network namespaces.
+const NetnsDir = "/run/netns"
+
+// run runs a command and returns its stderr in the error.
+func run(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+func ip(ctx context.Context, args ...string) error { return run(ctx, "ip", args...) }
+
+// missing reports whether err says the object does not exist, which every
+// teardown step treats as done.
+func missing(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "Cannot find device") || strings.Contains(s, "No such file") ||
+		strings.Contains(s, "does not exist") || strings.Contains(s, "Invalid \"netns\"")
+}
+
+// NetnsPath is the file of the sandbox's network namespace.
+func NetnsPath(in *instance.Instance) string { return filepath.Join(NetnsDir, in.NetnsName()) }
+
+// Create makes the sandbox's network namespace and the link into it: the
+// host side holds HostIP and routes the Pod CIDR into the namespace; the
+// namespace side holds the API server's address and one address per node.
+// It starts by removing whatever an earlier run left.
+func Create(ctx context.Context, in *instance.Instance) error {
+	if err := Delete(ctx, in); err != nil {
+		return err
+	}
+	ns, link := in.NetnsName(), in.HostLink()
+	bits := in.LinkPrefix().Bits()
+	steps := [][]string{
+		{"netns", "add", ns},
+		{"link", "add", link, "type", "veth", "peer", "name", instance.UplinkName, "netns", ns},
+		{"addr", "add", netip.PrefixFrom(in.HostIP(), bits).String(), "dev", link},
+		{"link", "set", link, "up"},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "addr", "add", netip.PrefixFrom(in.APIServerIP(), bits).String(), "dev", instance.UplinkName},
+	}
+	for i := range in.Nodes {
+		steps = append(steps, []string{"-n", ns, "addr", "add", netip.PrefixFrom(in.NodeIP(i), bits).String(), "dev", instance.UplinkName})
+	}
+	steps = append(steps,
+		[]string{"-n", ns, "link", "set", instance.UplinkName, "up"},
+		// The host reaches every Pod through the namespace; the namespace
+		// itself needs no route beyond its own subnets.
+		[]string{"route", "add", in.PodCIDR.String(), "via", in.APIServerIP().String(), "dev", link},
+	)
+	for _, args := range steps {
+		if err := ip(ctx, args...); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", link, "disable_ipv6"), []byte("1"), 0o644)
+}
+
+// Configure sets up the namespace from inside (the daemon runs it once it
+// has entered): it routes between the node bridges and the link (the host's
+// own forwarding setting is per namespace and stays as it is), has no IPv6,
+// and gets the fault table.
+func Configure(ctx context.Context) error {
+	for file, value := range map[string]string{
+		"/proc/sys/net/ipv4/ip_forward":                "1",
+		"/proc/sys/net/ipv6/conf/all/disable_ipv6":     "1",
+		"/proc/sys/net/ipv6/conf/default/disable_ipv6": "1",
+	} {
+		if err := os.WriteFile(file, []byte(value), 0o644); err != nil {
+			return err
+		}
+	}
+	return SetupFaults(ctx)
+}
+
+// Delete removes the link and the namespace; missing ones are fine. Pods'
+// namespaces and the bridges inside go with it once no process holds them.
+func Delete(ctx context.Context, in *instance.Instance) error {
+	var errs []error
+	if err := ip(ctx, "link", "del", in.HostLink()); err != nil && !missing(err) {
+		errs = append(errs, err)
+	}
+	if _, err := os.Stat(NetnsPath(in)); err == nil {
+		if err := ip(ctx, "netns", "del", in.NetnsName()); err != nil && !missing(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers names what of the instance's network is still on the host.
+func Leftovers(in *instance.Instance) []string {
+	var out []string
+	if _, err := os.Stat(NetnsPath(in)); err == nil {
+		out = append(out, "network namespace "+in.NetnsName())
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", in.HostLink())); err == nil {
+		out = append(out, "link "+in.HostLink())
+	}
+	return out
+}
