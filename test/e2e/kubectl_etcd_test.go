@@ -454,7 +454,9 @@ func foreignEtcdPod(name string) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name:  "etcd",
 				Image: "quay.io/coreos/etcd:v" + etcdVersion,
-				Command: []string{"etcd", "--name=" + name, "--data-dir=/var/lib/etcd",
+				// etcd wants its data directory 0700 and its own: a
+				// directory of its making inside the volume is.
+				Command: []string{"etcd", "--name=" + name, "--data-dir=/var/lib/etcd/data",
 					"--listen-client-urls=https://0.0.0.0:2379", "--advertise-client-urls=https://localhost:2379",
 					"--cert-file=/etc/etcd/tls/tls.crt", "--key-file=/etc/etcd/tls/tls.key",
 					"--listen-peer-urls=http://0.0.0.0:2380", "--initial-advertise-peer-urls=http://localhost:2380",
