@@ -409,7 +409,7 @@ func testPluginForeignPod(t *testing.T) {
 		t.Errorf("status: %+v", rows)
 	}
 	out := mustPlugin(t, "add-member", "-p", pod.Name, "http://learner.example:2380", "--name", "learner")
-	if !strings.Contains(out, "as a learner") || !strings.Contains(out, "--initial-cluster=foreign-etcd=http://localhost:2380,learner=http://learner.example:2380") {
+	if !strings.Contains(out, "as a learner") || !strings.Contains(out, "--initial-cluster=foreign-etcd=http://127.0.0.1:2380,learner=http://learner.example:2380") {
 		t.Errorf("add-member: %q", out)
 	}
 	id := strings.Fields(out)[2]
@@ -459,8 +459,10 @@ func foreignEtcdPod(name string) *corev1.Pod {
 				Command: []string{"etcd", "--name=" + name, "--data-dir=/var/lib/etcd/data",
 					"--listen-client-urls=https://0.0.0.0:2379", "--advertise-client-urls=https://localhost:2379",
 					"--cert-file=/etc/etcd/tls/tls.crt", "--key-file=/etc/etcd/tls/tls.key",
-					"--listen-peer-urls=http://0.0.0.0:2380", "--initial-advertise-peer-urls=http://localhost:2380",
-					"--initial-cluster=" + name + "=http://localhost:2380", "--listen-metrics-urls=http://0.0.0.0:2381"},
+					// Not etcd's default peer URL (http://localhost:2380),
+					// which etcd replaces with the Pod's address.
+					"--listen-peer-urls=http://0.0.0.0:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+					"--initial-cluster=" + name + "=http://127.0.0.1:2380", "--listen-metrics-urls=http://0.0.0.0:2381"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/etcd"}, {Name: "tls", MountPath: "/etc/etcd/tls", ReadOnly: true}},
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(2381)}},
 					PeriodSeconds: 1},
