@@ -34,6 +34,9 @@ type PodOptions struct {
 	// OperatorImage is this operator's image, which holds the join gate;
 	// empty means a member's Pod starts only after it joined.
 	OperatorImage string
+	// SecretHashes is the AnnotationSecretHashes value of the certificate
+	// material the Pod starts with; empty for a member without Secrets.
+	SecretHashes string
 }
 
 // MemberOwner is the controller reference every object of a member carries.
@@ -75,6 +78,9 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 			Containers:     []corev1.Container{etcdContainer(m, opts)},
 			Volumes:        volumes(m),
 		},
+	}
+	if opts.SecretHashes != "" {
+		pod.Annotations[AnnotationSecretHashes] = opts.SecretHashes
 	}
 	return pod
 }

@@ -93,6 +93,10 @@ const (
 	ReasonResizing              = "Resizing"
 	ReasonResized               = "Resized"
 	ReasonExpansionNotSupported = "ExpansionNotSupported"
+	// ReasonSecretMissing: a Secret the member mounts, or a key in it, does
+	// not exist; the message names both. Also the cluster's reason while a
+	// member waits for one.
+	ReasonSecretMissing = "SecretMissing"
 )
 
 // Set records a condition with the object's generation; the transition time

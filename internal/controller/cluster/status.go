@@ -59,6 +59,8 @@ func setAvailable(w *world) {
 		set(w, conditions.Available, false, conditions.ReasonBootstrapFailed, "The cluster never formed")
 	case w.unreachable != nil && readyN == 0:
 		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, "Cannot reach etcd: "+w.unreachable.Error())
+	case st.ClusterID == "" && secretWait(w) != "":
+		set(w, conditions.Available, false, conditions.ReasonSecretMissing, "The seed member cannot start: "+secretWait(w))
 	case st.ClusterID == "":
 		set(w, conditions.Available, false, conditions.ReasonBootstrapping, "The seed member has not formed the cluster yet")
 	case len(w.members) == 0:
@@ -93,6 +95,8 @@ func setProgressing(w *world) {
 			msg += "; now: " + w.progress.message
 		}
 		set(w, conditions.Progressing, false, reason, msg)
+	case secretWait(w) != "":
+		set(w, conditions.Progressing, true, conditions.ReasonSecretMissing, secretWait(w))
 	case w.progress.reason != "":
 		set(w, conditions.Progressing, true, w.progress.reason, w.progress.message)
 	default:
@@ -128,4 +132,15 @@ func setDegraded(w *world) {
 	default:
 		set(w, conditions.Degraded, false, conditions.ReasonQuorumHealthy, "No member is unhealthy")
 	}
+}
+
+// secretWait says which member cannot start its Pod for a missing Secret or
+// key, and why, or "".
+func secretWait(w *world) string {
+	for _, m := range w.running() {
+		if c := conditions.Get(m.Status.Conditions, conditions.Ready); c != nil && c.Status != metav1.ConditionTrue && c.Reason == conditions.ReasonSecretMissing {
+			return fmt.Sprintf("member %s: %s", m.Name, c.Message)
+		}
+	}
+	return ""
 }

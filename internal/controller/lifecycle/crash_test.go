@@ -20,6 +20,8 @@ type scenario struct {
 	disrupt func(h *harness)
 	// check, if set, is checked once the scenario converged.
 	check func(h *harness)
+	// peerTLS runs the cluster's peer plane from a Secret.
+	peerTLS bool
 }
 
 // TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
@@ -45,6 +47,15 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 		}, check: func(h *harness) {
 			// Resumed without restarting members already done: each had
 			// its original Pod and one more.
+			for name, n := range h.incarnations() {
+				if n > 2 {
+					h.t.Errorf("member %s was started %d times in a roll of one restart each", name, n)
+				}
+			}
+		}},
+		{name: "roll 3 members onto a rotated Secret", start: 3, target: 3, peerTLS: true, disrupt: func(h *harness) {
+			h.putPeerSecret(with(peerMaterial, "tls.crt", "cert 2"))
+		}, check: func(h *harness) {
 			for name, n := range h.incarnations() {
 				if n > 2 {
 					h.t.Errorf("member %s was started %d times in a roll of one restart each", name, n)
@@ -92,10 +103,16 @@ func crashAfter(t *testing.T, sc scenario, k int) {
 
 func prepared(t *testing.T, sc scenario) *harness {
 	h := newHarness(t)
+	if sc.peerTLS {
+		h.putPeerSecret(peerMaterial)
+	}
 	if sc.start > 0 {
 		h.createCluster("c", sc.start, func(c *v1alpha2.EtcdCluster) {
 			if sc.version != "" {
 				c.Spec.Version = sc.version
+			}
+			if sc.peerTLS {
+				withPeerTLS(c)
 			}
 		})
 		h.run("start", h.converged("c", int(sc.start)))
