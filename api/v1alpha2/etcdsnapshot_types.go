@@ -35,6 +35,10 @@ type SnapshotArtifact struct {
 	// Checksum is sha256:<hex> of the snapshot file.
 	// +optional
 	Checksum string `json:"checksum,omitempty"`
+	// EtcdVersion is the version of the etcd member the snapshot was taken
+	// from. A snapshot restores into that minor or a newer one.
+	// +optional
+	EtcdVersion string `json:"etcdVersion,omitempty"`
 }
 
 // EtcdSnapshotStatus is the progress of a snapshot.
@@ -45,6 +49,12 @@ type EtcdSnapshotStatus struct {
 	// Artifact is set when the snapshot is Complete.
 	// +optional
 	Artifact *SnapshotArtifact `json:"artifact,omitempty"`
+	// StartTime is when the snapshot Job was created.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the snapshot reached Complete or Failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 	// Conditions: Ready.
 	// +listType=map
 	// +listMapKey=type

@@ -49,6 +49,9 @@ type options struct {
 }
 
 func main() {
+	if code, ok := runAgent(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	opts := options{}
 	fs := flag.CommandLine
 	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/seed74754924/etcd-operator/internal/agent"
+	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
+	"github.com/seed74754924/etcd-operator/internal/agent/report"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+)
+
+// Agent subcommands: the operator's image (or binary) runs them in the
+// snapshot Job and in a restored seed's init containers.
+const (
+	cmdSnapshotAgent = "snapshot-agent"
+	cmdRestoreAgent  = "restore-agent"
+	cmdInstallTools  = "install-tools"
+)
+
+// runAgent runs the agent named by the first argument, if any, and returns
+// its exit code; ok is false when the arguments name no agent.
+func runAgent(args []string) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("agent", args[0])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	agent.Version = version
+	finish := finisher(log)
+	switch args[0] {
+	case cmdSnapshotAgent:
+		cfg, err := agent.SnapshotConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err)), true
+		}
+		return finish(agent.Snapshot(ctx, cfg, log)), true
+	case cmdRestoreAgent:
+		cfg, err := agent.RestoreConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err)), true
+		}
+		return finish(agent.Restore(ctx, cfg, log)), true
+	case cmdInstallTools:
+		if err := agent.InstallTools(os.Getenv(agentenv.EnvToolsDir)); err != nil {
+			log.Error("Could not install the agent", "error", err)
+			return report.ExitTransient, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
+func failed(err error) (report.Result, int) {
+	return report.Result{Reason: conditions.ReasonAgentMisconfigured, Message: err.Error()}, report.ExitPermanent
+}
+
+// finisher returns the function that leaves an agent's result in the
+// termination message (and on stdout) and returns its exit code.
+func finisher(log *slog.Logger) func(report.Result, int) int {
+	return func(res report.Result, code int) int {
+		path := os.Getenv(agentenv.EnvTerminationLog)
+		if path == "" {
+			path = report.Path
+		}
+		if err := report.Write(path, res); err != nil {
+			log.Warn("Could not write the termination message", "path", path, "error", err)
+		}
+		fmt.Println(string(res.Encode()))
+		if res.Failed() {
+			log.Error("Failed", "reason", res.Reason, "message", res.Message)
+		}
+		return code
+	}
+}
