@@ -41,6 +41,20 @@ type SnapshotArtifact struct {
 	EtcdVersion string `json:"etcdVersion,omitempty"`
 }
 
+// RetentionResult is what retention deleted after a scheduled snapshot.
+type RetentionResult struct {
+	// Pruned are the URIs of the stored snapshots deleted (the newest ones
+	// when there were too many to list).
+	// +optional
+	Pruned []string `json:"pruned,omitempty"`
+	// PrunedCount is how many stored snapshots were deleted.
+	// +optional
+	PrunedCount int32 `json:"prunedCount,omitempty"`
+	// Error says what could not be deleted, and why.
+	// +optional
+	Error string `json:"error,omitempty"`
+}
+
 // EtcdSnapshotStatus is the progress of a snapshot.
 type EtcdSnapshotStatus struct {
 	// Phase of the snapshot.
@@ -55,6 +69,10 @@ type EtcdSnapshotStatus struct {
 	// CompletionTime is when the snapshot reached Complete or Failed.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Retention is what the schedule's retention did after this snapshot
+	// was stored (scheduled snapshots only).
+	// +optional
+	Retention *RetentionResult `json:"retention,omitempty"`
 	// Conditions: Ready.
 	// +listType=map
 	// +listMapKey=type

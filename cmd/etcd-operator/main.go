@@ -150,6 +150,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	mr := &membercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, EtcdRepository: opts.etcdRepository,
+		OperatorImage: opts.operatorImage,
 	}
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)

@@ -9,10 +9,6 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 )
 
-// ToolName is the file the operator binary is copied to for init containers
-// that run it inside another image.
-const ToolName = "etcd-operator"
-
 // InstallTools copies the running binary into dir, so that a later init
 // container running another image (etcd's, for its etcdutl) can run the
 // agent. The binary is static and needs nothing else from its image.
@@ -29,7 +25,7 @@ func InstallTools(dir string) error {
 		return err
 	}
 	defer func() { _ = in.Close() }()
-	tmp, err := os.CreateTemp(dir, "."+ToolName+"-*")
+	tmp, err := os.CreateTemp(dir, "."+agentenv.ToolName+"-*")
 	if err != nil {
 		return err
 	}
@@ -45,5 +41,5 @@ func InstallTools(dir string) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, ToolName))
+	return os.Rename(tmp.Name(), filepath.Join(dir, agentenv.ToolName))
 }

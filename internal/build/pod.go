@@ -31,6 +31,8 @@ type PodOptions struct {
 	// InitialClusterState is "new" only for the seed of a cluster that never
 	// formed; see AnnotationInitialClusterState.
 	InitialClusterState string
+	// OperatorImage runs the restore agent of a restored cluster's seed.
+	OperatorImage string
 }
 
 // MemberOwner is the controller reference every object of a member carries.
@@ -68,8 +70,9 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 				FSGroup:        ptr.To[int64](etcdUID),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			Containers: []corev1.Container{etcdContainer(m, opts)},
-			Volumes:    volumes(m),
+			InitContainers: restoreInitContainers(m, opts),
+			Containers:     []corev1.Container{etcdContainer(m, opts)},
+			Volumes:        append(volumes(m), restoreVolumes(m, opts)...),
 		},
 	}
 	return pod

@@ -47,4 +47,6 @@ const (
 	DestinationS3      = "s3"
 	DestinationPVC     = "pvc"
 	DefaultEtcdutlPath = "/usr/local/bin/etcdutl"
+	// ToolName is the file install-tools copies the operator binary to.
+	ToolName = "etcd-operator"
 )

@@ -42,6 +42,8 @@ type Reconciler struct {
 	Clock     clock.PassiveClock
 	// EtcdRepository is the etcd image repository.
 	EtcdRepository string
+	// OperatorImage runs the restore agent of a restored cluster's seed.
+	OperatorImage string
 }
 
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;patch

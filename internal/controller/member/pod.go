@@ -161,7 +161,11 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 		// cluster); look again shortly.
 		return ctrl.Result{RequeueAfter: retrySecrets}, nil
 	}
-	pod := build.Pod(m, build.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s)})
+	if msg := r.restoreRefused(s); msg != "" {
+		r.setNotReady(s, conditions.ReasonOperatorImageNotConfigured, msg)
+		return ctrl.Result{}, nil
+	}
+	pod := build.Pod(m, build.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s), OperatorImage: r.OperatorImage})
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating pod: %w", err)
 	}
