@@ -7,11 +7,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	_ "time/tzdata" // schedules name IANA time zones; the image has no zoneinfo
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/agent"
 	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 	"github.com/seed74754924/etcd-operator/internal/agent/report"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	schedulecontroller "github.com/seed74754924/etcd-operator/internal/controller/schedule"
+	snapshotcontroller "github.com/seed74754924/etcd-operator/internal/controller/snapshot"
 )
 
 // Agent subcommands: the operator's image (or binary) runs them in the
@@ -77,4 +83,21 @@ func finisher(log *slog.Logger) func(report.Result, int) int {
 		}
 		return code
 	}
+}
+
+// setupSnapshots registers the EtcdSnapshot and EtcdSnapshotSchedule
+// controllers.
+func setupSnapshots(mgr ctrl.Manager, opts options, reader client.Reader) error {
+	sr := &snapshotcontroller.Reconciler{
+		Client: mgr.GetClient(), APIReader: reader, Recorder: mgr.GetEventRecorder("etcd-operator"),
+		OperatorImage: opts.operatorImage,
+	}
+	if err := sr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EtcdSnapshot controller: %w", err)
+	}
+	sc := &schedulecontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("etcd-operator")}
+	if err := sc.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EtcdSnapshotSchedule controller: %w", err)
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -155,6 +156,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)
 	}
+	if err := setupSnapshots(mgr, opts, reader); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -171,6 +175,7 @@ func cacheOptions(watch string) cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: managed},
 		&corev1.Service{}:               {Label: managed},
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
+		&batchv1.Job{}:                  {Label: managed},
 	}}
 	if watch != "" {
 		o.DefaultNamespaces = map[string]cache.Config{}
