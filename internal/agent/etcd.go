@@ -87,14 +87,11 @@ func memberStatus(ctx context.Context, c *clientv3.Client, a EtcdAccess) (*etcds
 
 // etcdError gives an etcd error the reason it is reported under.
 func etcdError(err error, a EtcdAccess) *Error {
-	switch rerr := rpctypes.Error(err); {
-	case errors.Is(rerr, rpctypes.ErrUserEmpty), errors.Is(rerr, rpctypes.ErrPermissionDenied), errors.Is(rerr, rpctypes.ErrInvalidAuthToken):
+	if authError(rpctypes.Error(err)) {
 		if a.Username == "" {
 			return permanent(conditions.ReasonAuthRequiredNotConfigured,
 				"etcd has authentication enabled and no credentials were given: set spec.auth on the EtcdCluster (%v)", err)
 		}
-		return permanent(conditions.ReasonAuthCredentialsRejected, "etcd refused user %s: %v", a.Username, err)
-	case errors.Is(rerr, rpctypes.ErrAuthFailed), errors.Is(rerr, rpctypes.ErrUserNotFound):
 		return permanent(conditions.ReasonAuthCredentialsRejected,
 			"etcd rejected the credentials of user %s: check the password in the root credentials Secret (%v)", a.Username, err)
 	}
@@ -102,4 +99,16 @@ func etcdError(err error, a EtcdAccess) *Error {
 		return transient(conditions.ReasonClusterUnreachable, "etcd at %v did not answer within %s", a.Endpoints, dialTimeout)
 	}
 	return transient(conditions.ReasonClusterUnreachable, "reaching etcd at %v: %v", a.Endpoints, err)
+}
+
+// authError reports whether etcd refused a request for want of (valid)
+// credentials.
+func authError(err error) bool {
+	for _, e := range []error{rpctypes.ErrUserEmpty, rpctypes.ErrPermissionDenied, rpctypes.ErrInvalidAuthToken,
+		rpctypes.ErrAuthFailed, rpctypes.ErrUserNotFound} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

@@ -231,17 +231,26 @@ func checkSpace(dataDir string, src *source) error {
 	if src.localDir == "" {
 		need += src.size
 	}
-	var fsStat unix.Statfs_t
-	if err := unix.Statfs(dataDir, &fsStat); err != nil {
+	free, err := freeBytes(dataDir)
+	if err != nil {
 		return transient(conditions.ReasonRestoreFailed, "reading the free space of %s: %v", dataDir, err)
 	}
-	free := int64(fsStat.Bavail) * fsStat.Bsize //nolint:gosec // block counts fit
 	if free < need {
 		return permanent(conditions.ReasonInsufficientSpace,
 			"the data volume has %d MiB free; restoring %s needs %d MiB: give the cluster a larger spec.storage.size",
 			free>>20, src.st.URI(src.file), need>>20)
 	}
 	return nil
+}
+
+// freeBytes is the space a non-root user may still write on the volume of
+// dir (a variable, so tests can shrink the volume).
+var freeBytes = func(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil //nolint:gosec // block counts fit
 }
 
 // fetch makes the snapshot a local file, verifying its checksum when known:

@@ -14,8 +14,12 @@ import (
 // Pod says otherwise.
 const Path = "/dev/termination-log"
 
-// maxBytes is what the kubelet keeps of a termination message.
-const maxBytes = 4096
+// maxBytes is what the kubelet keeps of a termination message; maxMessage
+// is what a message keeps when the whole does not fit.
+const (
+	maxBytes   = 4096
+	maxMessage = 1024
+)
 
 // Exit codes of the agents. A Job retries a transient failure and gives up at
 // once on a permanent one (its Pod failure policy matches the code).
@@ -51,7 +55,8 @@ type Result struct {
 func (r Result) Failed() bool { return r.Reason != "" }
 
 // Encode renders the result in at most the bytes a termination message
-// keeps: the pruned list is cut first, then the message.
+// keeps: a long message is cut to 1 KiB first, then the pruned list, then
+// the message further.
 func (r Result) Encode() []byte {
 	for {
 		b, err := json.Marshal(r)
@@ -61,6 +66,8 @@ func (r Result) Encode() []byte {
 		switch {
 		case len(b) <= maxBytes:
 			return b
+		case len(r.Message) > maxMessage:
+			r.Message = r.Message[:maxMessage]
 		case len(r.Pruned) > 0:
 			r.Pruned = r.Pruned[:len(r.Pruned)/2]
 		case len(r.Message) > 0:
