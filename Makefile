@@ -78,8 +78,8 @@ lint: tools ## golangci-lint with the project's config.
 	"$$(hack/tools.sh | tail -n1)/golangci-lint" run ./...
 
 .PHONY: unit
-unit: ## Unit tests (no API server, no sandbox).
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/)
+unit: tools ## Unit tests (no API server, no sandbox; the agents' run real etcd, etcdutl and MinIO from the toolchain).
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/)
 
 .PHONY: test-api
 test-api: tools ## CRD tests on a real kube-apiserver.

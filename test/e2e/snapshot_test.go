@@ -312,7 +312,7 @@ func waitSnapshot(t *testing.T, ns, name string, phase v1alpha2.SnapshotPhase, r
 func checkArtifact(t *testing.T, s *v1alpha2.EtcdSnapshot, uri string) {
 	t.Helper()
 	a := s.Status.Artifact
-	if a == nil || a.URI != uri || a.SizeBytes < 1<<20 || !strings.HasPrefix(a.Checksum, "sha256:") || len(a.Checksum) != 71 || a.EtcdVersion != etcdVersion {
+	if a == nil || a.URI != uri || a.SizeBytes < 64<<10 || !strings.HasPrefix(a.Checksum, "sha256:") || len(a.Checksum) != 71 || a.EtcdVersion != etcdVersion {
 		t.Errorf("snapshot %s artifact %+v, want uri %s, a size, a sha256 and etcd %s", s.Name, a, uri, etcdVersion)
 	}
 	if c := conditions.Get(s.Status.Conditions, conditions.Ready); c == nil || c.Status != metav1.ConditionTrue || c.Reason != conditions.ReasonSnapshotStored {
