@@ -52,8 +52,8 @@ var accounts = map[string]string{
 }
 
 // Builtins returns (building once, into toolsRoot/sandbox-images) the image
-// of every etcd release in the toolchain, the pause image, the CoreDNS image
-// and the MinIO image. A tarball is named after the modification time of its binaries, so
+// of every etcd release in the toolchain, the pause image, the CoreDNS image,
+// the MinIO image and a kubectl image. A tarball is named after the modification time of its binaries, so
 // a rebuilt tool gets a new image.
 func Builtins(toolsRoot string) ([]Tarball, error) {
 	entries, err := os.ReadDir(filepath.Join(toolsRoot, "etcd"))
@@ -99,7 +99,11 @@ func Builtins(toolsRoot string) ([]Tarball, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(out, pause, dns, minio), nil
+	kubectl, err := kubectlImage(toolsRoot)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, pause, dns, minio, kubectl), nil
 }
 
 // etcdImage is like the upstream distroless image: the binaries in

@@ -41,3 +41,28 @@ func minioImage(toolsRoot string) (Tarball, error) {
 		Config: v1.Config{Entrypoint: []string{"/usr/bin/minio"}, Cmd: []string{"server", "/data"}, Env: []string{"HOME=/tmp"}},
 	})
 }
+
+// Kubectl is the reference of the toolchain's kubectl as an image, as
+// upstream publishes it (the binary at /bin/kubectl): what a CronJob that
+// creates EtcdSnapshots runs in the sandbox.
+func Kubectl(toolsRoot string) (string, error) {
+	target, err := filepath.EvalSymlinks(filepath.Join(toolsRoot, "bin", "kubectl"))
+	if err != nil {
+		return "", fmt.Errorf("kubectl is not in the toolchain: %w (run `make tools`)", err)
+	}
+	return "registry.k8s.io/kubectl:" + filepath.Base(filepath.Dir(target)), nil
+}
+
+func kubectlImage(toolsRoot string) (Tarball, error) {
+	ref, err := Kubectl(toolsRoot)
+	if err != nil {
+		return Tarball{}, err
+	}
+	return cached(toolsRoot, "kubectl-"+ref[strings.LastIndex(ref, ":")+1:], Spec{
+		Refs:   []string{ref},
+		Files:  map[string]string{"bin/kubectl": filepath.Join(toolsRoot, "bin", "kubectl")},
+		Text:   accounts,
+		Dirs:   map[string]os.FileMode{"bin": 0o755, "etc": 0o755, "tmp": 0o777 | os.ModeSticky},
+		Config: v1.Config{Entrypoint: []string{"/bin/kubectl"}, User: "65532:65532", Env: []string{"HOME=/tmp"}},
+	})
+}
