@@ -173,13 +173,13 @@ func enableAuth(t *testing.T, c *clientv3.Client, password string) {
 
 // testMinIO is one real MinIO server for the package's tests.
 type testMinIO struct {
-	endpoint         string
-	access, secret   string
-	admin            *minio.Client
-	cmd              *exec.Cmd
-	startErr         error
-	buckets, counter int
-	mu               sync.Mutex
+	endpoint       string
+	access, secret string
+	admin          *minio.Client
+	cmd            *exec.Cmd
+	startErr       error
+	buckets        int
+	mu             sync.Mutex
 }
 
 var (

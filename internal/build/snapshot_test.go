@@ -98,23 +98,7 @@ func TestSnapshotJob(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			job := SnapshotJob(tc.snap, tc.cluster, nil, "op:1")
 			c := job.Spec.Template.Spec.Containers[0]
-			env := envOf(c)
-			for name, want := range tc.env {
-				if got, ok := env[name]; !ok || (want != "" && got.Value != want) {
-					t.Errorf("%s = %q, want %q", name, got.Value, want)
-				}
-			}
-			for _, name := range tc.noEnv {
-				if _, ok := env[name]; ok {
-					t.Errorf("%s is set", name)
-				}
-			}
-			for name, ref := range tc.fromKeys {
-				s := env[name].ValueFrom
-				if s == nil || s.SecretKeyRef == nil || s.SecretKeyRef.Name+"/"+s.SecretKeyRef.Key != ref {
-					t.Errorf("%s does not come from %s: %+v", name, ref, s)
-				}
-			}
+			checkEnv(t, c, tc.env, tc.noEnv, tc.fromKeys)
 			var vols []string
 			for _, v := range job.Spec.Template.Spec.Volumes {
 				vols = append(vols, v.Name)
@@ -128,6 +112,29 @@ func TestSnapshotJob(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkEnv checks a container's variables: values ("" only checks
+// presence), absent ones, and ones read from Secret keys (secret/key).
+func checkEnv(t *testing.T, c corev1.Container, want map[string]string, absent []string, fromKeys map[string]string) {
+	t.Helper()
+	env := envOf(c)
+	for name, value := range want {
+		if got, ok := env[name]; !ok || (value != "" && got.Value != value) {
+			t.Errorf("%s = %q, want %q", name, got.Value, value)
+		}
+	}
+	for _, name := range absent {
+		if _, ok := env[name]; ok {
+			t.Errorf("%s is set", name)
+		}
+	}
+	for name, ref := range fromKeys {
+		s := env[name].ValueFrom
+		if s == nil || s.SecretKeyRef == nil || s.SecretKeyRef.Name+"/"+s.SecretKeyRef.Key != ref {
+			t.Errorf("%s does not come from %s: %+v", name, ref, s)
+		}
 	}
 }
 
@@ -188,56 +195,51 @@ func TestSnapshotJobNameFitsALabel(t *testing.T) {
 	}
 }
 
-func TestRestoreInitContainers(t *testing.T) {
-	restored := func(from v1alpha2.SnapshotLocation) func(*v1alpha2.EtcdMember) {
-		return func(m *v1alpha2.EtcdMember) {
-			m.Spec.Bootstrap = true
-			m.Spec.Restore = &v1alpha2.RestoreSpec{Source: from}
-		}
+func restored(from v1alpha2.SnapshotLocation) func(*v1alpha2.EtcdMember) {
+	return func(m *v1alpha2.EtcdMember) {
+		m.Spec.Bootstrap = true
+		m.Spec.Restore = &v1alpha2.RestoreSpec{Source: from}
 	}
-	opts := PodOptions{OperatorImage: "op:1", EtcdRepository: "reg/etcd"}
-	t.Run("from S3", func(t *testing.T) {
-		pod := Pod(member(restored(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "e", Bucket: "b", Key: "k/x.db",
-			CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}}})), opts)
-		inits := pod.Spec.InitContainers
-		if len(inits) != 2 || inits[0].Name != InstallToolsContainer || inits[1].Name != RestoreContainer {
-			t.Fatalf("init containers %+v", inits)
-		}
-		if inits[0].Image != "op:1" || inits[1].Image != "reg/etcd:v3.6.16" || inits[1].Command[0] != "/tools/etcd-operator" {
-			t.Errorf("install-tools %s, restore %s %v: the restore must run in the etcd image of the member's version",
-				inits[0].Image, inits[1].Image, inits[1].Command)
-		}
-		env := envOf(inits[1])
-		for name, want := range map[string]string{"ETCD_DATA_DIR": "/var/lib/etcd", "ETCD_MEMBER_NAME": "db-abcde",
-			"ETCD_INITIAL_CLUSTER": "db-abcde=http://db-abcde.db.ns.svc:2380", "ETCD_INITIAL_CLUSTER_TOKEN": "tok",
-			"ETCD_PEER_URLS": "http://db-abcde.db.ns.svc:2380", "ETCD_VERSION": "3.6.16", "S3_KEY": "k/x.db"} {
-			if env[name].Value != want {
-				t.Errorf("%s = %q, want %q", name, env[name].Value, want)
-			}
-		}
-		if f := env["ETCD_INITIAL_CLUSTER_STATE"].ValueFrom; f == nil || !strings.Contains(f.FieldRef.FieldPath, AnnotationInitialClusterState) {
-			t.Errorf("the restore does not read the Pod's initial cluster state: %+v", f)
-		}
-		if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "restore-tools" && v.EmptyDir != nil }) {
-			t.Error("no tools volume")
-		}
+}
+
+var restoreOpts = PodOptions{OperatorImage: "op:1", EtcdRepository: "reg/etcd"}
+
+func TestRestoreInitContainersFromS3(t *testing.T) {
+	pod := Pod(member(restored(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "e", Bucket: "b", Key: "k/x.db",
+		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}}})), restoreOpts)
+	inits := pod.Spec.InitContainers
+	if len(inits) != 2 || inits[0].Name != InstallToolsContainer || inits[1].Name != RestoreContainer {
+		t.Fatalf("init containers %+v", inits)
+	}
+	if inits[0].Image != "op:1" || inits[1].Image != "reg/etcd:v3.6.16" || inits[1].Command[0] != "/tools/etcd-operator" {
+		t.Errorf("install-tools %s, restore %s %v: the restore must run in the etcd image of the member's version",
+			inits[0].Image, inits[1].Image, inits[1].Command)
+	}
+	checkEnv(t, inits[1], map[string]string{"ETCD_DATA_DIR": "/var/lib/etcd", "ETCD_MEMBER_NAME": "db-abcde",
+		"ETCD_INITIAL_CLUSTER": "db-abcde=http://db-abcde.db.ns.svc:2380", "ETCD_INITIAL_CLUSTER_TOKEN": "tok",
+		"ETCD_PEER_URLS": "http://db-abcde.db.ns.svc:2380", "ETCD_VERSION": "3.6.16", "S3_KEY": "k/x.db"},
+		nil, map[string]string{"AWS_SECRET_ACCESS_KEY": "creds/AWS_SECRET_ACCESS_KEY"})
+	if f := envOf(inits[1])["ETCD_INITIAL_CLUSTER_STATE"].ValueFrom; f == nil || !strings.Contains(f.FieldRef.FieldPath, AnnotationInitialClusterState) {
+		t.Errorf("the restore does not read the Pod's initial cluster state: %+v", f)
+	}
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "restore-tools" && v.EmptyDir != nil }) {
+		t.Error("no tools volume")
+	}
+}
+
+func TestRestoreInitContainersFromAVolume(t *testing.T) {
+	pod := Pod(member(restored(v1alpha2.SnapshotLocation{PVC: &v1alpha2.PVCLocation{ClaimName: "backups", SubPath: "db/x.db"}})), restoreOpts)
+	checkEnv(t, pod.Spec.InitContainers[1], map[string]string{"PVC_MOUNT_PATH": "/restore/src", "PVC_SUBPATH": "db/x.db"}, []string{"S3_KEY"}, nil)
+	ok := slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "restore-src" && v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "backups" && v.PersistentVolumeClaim.ReadOnly
 	})
-	t.Run("from a volume", func(t *testing.T) {
-		pod := Pod(member(restored(v1alpha2.SnapshotLocation{PVC: &v1alpha2.PVCLocation{ClaimName: "backups", SubPath: "db/x.db"}})), opts)
-		env := envOf(pod.Spec.InitContainers[1])
-		if env["PVC_MOUNT_PATH"].Value != "/restore/src" || env["PVC_SUBPATH"].Value != "db/x.db" {
-			t.Errorf("env %v", env)
-		}
-		ok := slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
-			return v.Name == "restore-src" && v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "backups" && v.PersistentVolumeClaim.ReadOnly
-		})
-		if !ok {
-			t.Errorf("the source claim is not mounted read-only: %+v", pod.Spec.Volumes)
-		}
-	})
-	t.Run("no restore", func(t *testing.T) {
-		if pod := Pod(member(), opts); len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Volumes) != 1 {
-			t.Errorf("a member without a restore has init containers %v, volumes %v", pod.Spec.InitContainers, pod.Spec.Volumes)
-		}
-	})
+	if !ok {
+		t.Errorf("the source claim is not mounted read-only: %+v", pod.Spec.Volumes)
+	}
+}
+
+func TestNoRestoreNoInitContainers(t *testing.T) {
+	if pod := Pod(member(), restoreOpts); len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Volumes) != 1 {
+		t.Errorf("a member without a restore has init containers %v, volumes %v", pod.Spec.InitContainers, pod.Spec.Volumes)
+	}
 }
