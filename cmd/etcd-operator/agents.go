@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	_ "time/tzdata" // schedules name IANA time zones; the image has no zoneinfo
 
@@ -28,6 +29,10 @@ const (
 	cmdInstallTools  = "install-tools"
 )
 
+// agentMemoryLimit is the agents' soft memory limit; the snapshot Job's
+// container limit (256 MiB) is well above it.
+const agentMemoryLimit = 48 << 20
+
 // runAgent runs the agent named by the first argument, if any, and returns
 // its exit code; ok is false when the arguments name no agent.
 func runAgent(args []string) (code int, ok bool) {
@@ -38,6 +43,12 @@ func runAgent(args []string) (code int, ok bool) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	agent.Version = version
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// An agent's live memory is a few buffers (two multipart parts at
+		// most): collect garbage before the heap grows far past them,
+		// rather than at twice the peak as by default.
+		debug.SetMemoryLimit(agentMemoryLimit)
+	}
 	finish := finisher(log)
 	switch args[0] {
 	case cmdSnapshotAgent:
