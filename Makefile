@@ -57,6 +57,24 @@ image-faults: ## (tests) The operator image with fault injection, for the crash 
 	$(GO) build -tags faultinjection -ldflags "-s -w -X main.version=$(VERSION)" -o bin/manager-faults ./cmd/etcd-operator
 	$(GO) run ./hack/image --binary bin/manager-faults --ref $(FAULTS_IMAGE) --out $(FAULTS_IMAGE_TAR)
 
+# --- kubectl-etcd ---------------------------------------------------------------
+CLI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+CLI_DIR := bin/cli
+
+.PHONY: cli
+cli: ## Build kubectl-etcd for linux and darwin on amd64 and arm64 (bin/cli/): binaries, krew archives, cli-SHA256SUMS.txt and the krew manifest.
+	rm -rf $(CLI_DIR) && mkdir -p $(CLI_DIR)
+	for p in $(CLI_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; out=$(CLI_DIR)/kubectl-etcd-$$os-$$arch; \
+		GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $$out ./cmd/kubectl-etcd; \
+		stage=$$(mktemp -d); cp $$out $$stage/kubectl-etcd; cp README.md $$stage/; \
+		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - kubectl-etcd README.md | gzip -n > $$out.tar.gz; \
+		rm -rf $$stage; \
+	done
+	cd $(CLI_DIR) && sha256sum kubectl-etcd-* > cli-SHA256SUMS.txt
+	hack/krew/render.sh $(VERSION) $(CLI_DIR)/cli-SHA256SUMS.txt > $(CLI_DIR)/etcd.yaml
+	@cat $(CLI_DIR)/cli-SHA256SUMS.txt
+
 .PHONY: check-generate
 check-generate: ## Fail if the committed generated files are stale.
 	@before=$$(find $(GENERATED) -type f | sort | xargs sha256sum); \

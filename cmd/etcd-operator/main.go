@@ -53,6 +53,15 @@ func main() {
 	if code, ok := runAgent(os.Args[1:]); ok {
 		os.Exit(code)
 	}
+	if len(os.Args) > 1 {
+		if sub, ok := subcommands[os.Args[1]]; ok {
+			if err := sub(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: %v\n", os.Args[1], err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
 	opts := options{}
 	fs := flag.CommandLine
 	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
@@ -143,7 +152,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	reader := m.Requests.Reader(mgr.GetAPIReader(), mgr.GetScheme())
 	cr := &clustercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
-		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m,
+		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m, OperatorImage: opts.operatorImage,
 	}
 	if err := cr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdCluster controller: %w", err)

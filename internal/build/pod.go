@@ -31,7 +31,9 @@ type PodOptions struct {
 	// InitialClusterState is "new" only for the seed of a cluster that never
 	// formed; see AnnotationInitialClusterState.
 	InitialClusterState string
-	// OperatorImage runs the restore agent of a restored cluster's seed.
+	// OperatorImage is this operator's image: it holds the join gate of a
+	// joining member (empty: a member's Pod starts only after it joined),
+	// and runs the restore agent of a restored cluster's seed.
 	OperatorImage string
 }
 
@@ -70,7 +72,7 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 				FSGroup:        ptr.To[int64](etcdUID),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			InitContainers: restoreInitContainers(m, opts),
+			InitContainers: append(joinGate(m, opts), restoreInitContainers(m, opts)...),
 			Containers:     []corev1.Container{etcdContainer(m, opts)},
 			Volumes:        append(volumes(m), restoreVolumes(m, opts)...),
 		},
@@ -162,7 +164,7 @@ func EtcdCommand(m *v1alpha2.EtcdMember) []string {
 		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", clientScheme, ClientPort),
 		"--advertise-client-urls=" + ClientURL(m),
 		"--initial-advertise-peer-urls=" + PeerURL(m),
-		"--initial-cluster=" + m.Spec.InitialCluster,
+		"--initial-cluster=" + InitialClusterOf(m),
 		"--initial-cluster-token=" + m.Spec.ClusterToken,
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
 	}

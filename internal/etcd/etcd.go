@@ -171,6 +171,9 @@ func classify(err error) error {
 		{"user name is empty", ErrAuthRequired},
 		{"permission denied", ErrAuthRequired},
 		{"insufficient credentials", ErrAuthRequired},
+		// With mutual TLS and no user given, etcd takes the client
+		// certificate's common name for the user; it may be no user.
+		{"user name not found", ErrAuthRequired},
 		{"authentication failed", ErrAuthFailed},
 		{"invalid auth token", ErrAuthFailed},
 	} {

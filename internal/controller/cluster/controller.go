@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
@@ -18,10 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
@@ -36,6 +40,9 @@ type Reconciler struct {
 	Dial      etcd.Dialer
 	Clock     clock.PassiveClock
 	Metrics   *metrics.Metrics
+	// OperatorImage is this operator's image; with it a joining member's
+	// Pod starts before the member is added to etcd (see package join).
+	OperatorImage string
 
 	expect expectations
 }
@@ -48,6 +55,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -62,6 +70,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&v1alpha2.EtcdMember{}).
 		Owns(&corev1.Service{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&policyv1.PodDisruptionBudget{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A joining member is added to etcd once its Pod's address is in the
+		// headless Service's endpoints (cluster DNS serves it from there).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(clusterOfSlice)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("etcdcluster").
 		Complete(r)
@@ -163,6 +174,16 @@ func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*wo
 		}
 	}
 	return w, nil
+}
+
+// clusterOfSlice maps an EndpointSlice of a cluster's headless Service (its
+// labels are copied from the Service's) to the cluster.
+func clusterOfSlice(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[build.LabelCluster]
+	if name == "" || o.GetLabels()[discoveryv1.LabelServiceName] != name {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 }
 
 // namespaceTerminating reports whether an error says the namespace is being

@@ -9,6 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -16,11 +19,16 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
-// A member joins in three steps, each recoverable after a crash: its
-// EtcdMember is created (initialCluster empty, so no Pod starts), etcd adds
-// it as a learner, and etcd's membership is recorded as its initialCluster
-// (from then on the member controller starts its Pod). Once its applied
-// index has caught up with the leader's, it is promoted.
+// A member joins in steps, each recoverable after a crash: its EtcdMember
+// is created (initialCluster empty); the membership it will join with is
+// recorded on it (etcd's membership and itself), so that the member
+// controller starts its Pod at once, held by the join gate; once the Pod's
+// address is in the headless Service's endpoints (so cluster DNS knows the
+// member's name before etcd's leader first asks for it), etcd adds it as a
+// learner, the gate lets etcd start, and the membership is recorded as its
+// initialCluster. Once its applied index has caught up with the leader's,
+// it is promoted. Without the operator's image (no gate) the Pod starts
+// only after the add.
 
 // recordJoined finishes the third step for members etcd already lists: the
 // operator stopped between adding one and recording it. No etcd change.
@@ -49,6 +57,9 @@ func (r *Reconciler) addPending(ctx context.Context, w *world) (*ctrl.Result, er
 			w.working(conditions.ReasonScalingUp, fmt.Sprintf("Waiting for learner %s before adding %s", strangerName(*l), m.Name))
 			return nil, nil
 		}
+		if res, err, wait := r.readyToAdd(ctx, w, m); wait {
+			return res, err
+		}
 		if d := quorum.AddLearner(w.voters()); !d.OK {
 			r.refuse(w, d.Reason)
 			return nil, nil
@@ -72,6 +83,91 @@ func (r *Reconciler) addPending(ctx context.Context, w *world) (*ctrl.Result, er
 		return done(), nil
 	}
 	return nil, nil
+}
+
+// prepareJoin records on a new member the membership it will join with, so
+// that its Pod starts (held by the join gate) while etcd is asked to add it.
+func (r *Reconciler) prepareJoin(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
+	if r.OperatorImage == "" || m.Annotations[build.AnnotationJoinCluster] != "" {
+		return nil
+	}
+	patch := client.MergeFrom(m.DeepCopy())
+	metav1.SetMetaDataAnnotation(&m.ObjectMeta, build.AnnotationJoinCluster, joinClusterFor(w, m))
+	if err := r.Client.Patch(ctx, m, patch); err != nil {
+		return fmt.Errorf("recording the join cluster of %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+// readyToAdd holds the add of a member whose Pod starts first until its
+// address is in the headless Service's endpoints. A member prepared for a
+// membership that has changed since is replaced: its etcd would not find
+// the membership it was told. It halts the pass when it waits or acted.
+func (r *Reconciler) readyToAdd(ctx context.Context, w *world, m *v1alpha2.EtcdMember) (*ctrl.Result, error, bool) {
+	prepared := m.Annotations[build.AnnotationJoinCluster]
+	if prepared == "" || r.OperatorImage == "" {
+		return nil, nil, false
+	}
+	if prepared != joinClusterFor(w, m) {
+		res, err := r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
+			fmt.Sprintf("Replacing member %s: etcd's membership changed since it was prepared to join", m.Name))
+		return res, err, true
+	}
+	if !r.reachable(ctx, w, m) {
+		w.working(conditions.ReasonScalingUp, fmt.Sprintf("Waiting for the Pod of %s to be in the cluster's endpoints before adding it", m.Name))
+		// The EndpointSlice's change brings us back.
+		return nil, nil, true
+	}
+	return nil, nil, false
+}
+
+// reachable reports whether the member's Pod address is in an EndpointSlice
+// of the headless Service its DNS name comes from.
+func (r *Reconciler) reachable(ctx context.Context, w *world, m *v1alpha2.EtcdMember) bool {
+	pod := w.pods[m.Name]
+	if pod == nil || pod.Status.PodIP == "" {
+		return false
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, slices, client.InNamespace(m.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: build.ServiceName(m)}); err != nil {
+		return false
+	}
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			if slicesContains(e.Addresses, pod.Status.PodIP) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func slicesContains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// joinClusterFor is the --initial-cluster a member not yet in etcd will join
+// with: etcd's membership now, and itself.
+func joinClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
+	peers := map[string]string{joining.Name: build.PeerURL(joining)}
+	for _, em := range w.etcdMembers.Members {
+		if len(em.PeerURLs) == 0 {
+			continue
+		}
+		name := em.Name
+		if m := w.memberOf(em); m != nil {
+			name = m.Name
+		}
+		if name != "" {
+			peers[name] = em.PeerURLs[0]
+		}
+	}
+	return build.InitialCluster(peers)
 }
 
 // setInitialCluster records etcd's view of the membership on a member; from

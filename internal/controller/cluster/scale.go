@@ -48,11 +48,19 @@ func (r *Reconciler) grow(ctx context.Context, w *world) (*ctrl.Result, error) {
 		w.working(conditions.ReasonWaitingForMembers, fmt.Sprintf("Waiting for etcd's learner %s to be promoted or removed", strangerName(*l)))
 		return done(), nil
 	}
+	if len(w.pending()) > 0 {
+		// One joining at a time; its add is under way.
+		return done(), nil
+	}
 	if d := quorum.AddLearner(w.voters()); !d.OK {
 		r.refuse(w, d.Reason)
 		return done(), nil
 	}
-	if _, err := r.createMember(ctx, w, false); err != nil {
+	m, err := r.createMember(ctx, w, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.prepareJoin(ctx, w, m); err != nil {
 		return nil, err
 	}
 	if res, err := r.addPending(ctx, w); res != nil || err != nil {

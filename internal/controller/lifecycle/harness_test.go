@@ -34,6 +34,10 @@ import (
 
 const ns = "default"
 
+// operatorImage holds the join gate: joining members' Pods start before the
+// add (see package join).
+const operatorImage = "etcd-operator:test"
+
 // harness runs both controllers against a fake API server and a fake etcd
 // that refuses what etcd refuses, with a kubelet stand-in that starts member
 // Pods in the fake etcd and reports readiness the way etcd's health endpoint
@@ -69,6 +73,8 @@ type harness struct {
 	volumes map[string]types.UID
 	// startErrors keeps why etcd refused to start a Pod's member.
 	startErrors map[string]string
+	// ips numbers the Pod addresses the stand-in hands out.
+	ips int
 	// podsSeen records every Pod UID the kubelet saw, by Pod name.
 	podsSeen map[string]map[types.UID]bool
 	// nodes is the stand-in's node of each Pod; downNodes stop everything.
@@ -164,8 +170,8 @@ func (h *harness) restart(crashAfter int) {
 	})
 	operator := h.life.Client(counting)
 	dial := h.life.Dialer(h.countingDialer())
-	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
-	h.member = &memberctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
+	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+	h.member = &memberctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 }
 
 // count counts a successful mutating call.
@@ -201,6 +207,7 @@ func (h *harness) createCluster(name string, replicas int32, mods ...func(*v1alp
 // status, as it would after the watch events of a real cluster.
 func (h *harness) step() {
 	h.kubelet()
+	h.publishEndpoints()
 	// What the kubelet reports is what the endpoints controller routes by.
 	h.checkRouting()
 	ctx := context.Background()

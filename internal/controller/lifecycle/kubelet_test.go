@@ -2,15 +2,21 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 // The kubelet stand-in: a scheduler that places each Pod on a node that is
@@ -111,16 +117,26 @@ func (h *harness) schedule(p *corev1.Pod) bool {
 			h.t.Fatalf("binding %s: %v", p.Name, err)
 		}
 		h.nodes[p.Name] = node
+		h.ips++
+		p.Status.PodIP = fmt.Sprintf("10.0.%d.%d", h.ips/250, h.ips%250+1)
 		setPodCondition(p, corev1.PodScheduled, corev1.ConditionTrue, "")
 		return true
 	}
 	return false
 }
 
-// runPod starts or observes the Pod's etcd and sets its status.
+// runPod starts or observes the Pod's etcd and sets its status. A join gate
+// (init container) holds etcd until the fake etcd lists the member.
 func (h *harness) runPod(p *corev1.Pod) {
 	flags := etcdFlags(p)
 	peer := flags["--initial-advertise-peer-urls"]
+	if gated(p) && !h.hasPeer(peer) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: build.JoinGateContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		setPodCondition(p, corev1.PodReady, corev1.ConditionFalse, "")
+		return
+	}
+	p.Status.InitContainerStatuses = nil
 	p.Status.Phase = corev1.PodRunning
 	running, hasLeader := h.etcd.Running(peer)
 	if !running && !h.broken[p.Name] && !h.breakAll {
@@ -211,6 +227,45 @@ func (h *harness) freshVolume(p *corev1.Pod) bool {
 		return first != pvc.UID
 	}
 	return false
+}
+
+func gated(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == build.JoinGateContainer })
+}
+
+func (h *harness) hasPeer(peer string) bool {
+	return slices.ContainsFunc(h.etcd.Members(), func(m etcd.Member) bool { return slices.Contains(m.PeerURLs, peer) })
+}
+
+// publishEndpoints stands in for the EndpointSlice controller: every
+// headless Service gets one slice with the addresses of the Pods it selects
+// (not ready ones too, as publishNotReadyAddresses asks), labelled like the
+// Service.
+func (h *harness) publishEndpoints() {
+	ctx := context.Background()
+	svcs := &corev1.ServiceList{}
+	_ = h.raw.List(ctx, svcs)
+	for _, svc := range svcs.Items {
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			continue
+		}
+		pods := &corev1.PodList{}
+		_ = h.raw.List(ctx, pods, client.InNamespace(svc.Namespace), client.MatchingLabels(svc.Spec.Selector))
+		slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name}, AddressType: discoveryv1.AddressTypeIPv4}
+		slice.Labels = maps.Clone(svc.Labels)
+		slice.Labels[discoveryv1.LabelServiceName] = svc.Name
+		for _, p := range pods.Items {
+			if p.Status.PodIP != "" {
+				slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.Status.PodIP}})
+			}
+		}
+		if err := h.raw.Create(ctx, slice); apierrors.IsAlreadyExists(err) {
+			have := &discoveryv1.EndpointSlice{}
+			_ = h.raw.Get(ctx, client.ObjectKeyFromObject(slice), have)
+			have.Endpoints, have.Labels = slice.Endpoints, slice.Labels
+			_ = h.raw.Update(ctx, have)
+		}
+	}
 }
 
 // startedBefore reports whether etcd knows the member by name: it ran, so

@@ -42,7 +42,9 @@ type Reconciler struct {
 	Clock     clock.PassiveClock
 	// EtcdRepository is the etcd image repository.
 	EtcdRepository string
-	// OperatorImage runs the restore agent of a restored cluster's seed.
+	// OperatorImage is this operator's image; with it a joining member's
+	// Pod starts before the member is added, held by the join gate, and a
+	// restored cluster's seed runs the restore agent.
 	OperatorImage string
 }
 
@@ -137,11 +139,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s, err := r.load(ctx, m)
+	if m.DeletionTimestamp != nil && (err == nil || s != nil) {
+		// Releasing a member needs only its cluster: a Pod that cannot be
+		// read (the namespace and the operator's Role in it are going)
+		// must not hold the finalizer.
+		return r.finalize(ctx, s)
+	}
 	if err != nil {
 		return ctrl.Result{}, err
-	}
-	if m.DeletionTimestamp != nil {
-		return r.finalize(ctx, s)
 	}
 	if err := r.settleIdentity(ctx, s); err != nil {
 		return ctrl.Result{}, err
@@ -197,11 +202,8 @@ func (r *Reconciler) load(ctx context.Context, m *v1alpha2.EtcdMember) (*state, 
 		return nil, fmt.Errorf("reading cluster %s: %w", m.Spec.ClusterName, err)
 	}
 	pod, err := r.loadPod(ctx, m)
-	if err != nil {
-		return nil, err
-	}
 	s.pod = pod
-	return s, nil
+	return s, err
 }
 
 // controlledBy reports whether the cluster created the member.
@@ -239,7 +241,7 @@ func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error)
 		// The cluster is going and garbage collection follows: nothing is
 		// created or restarted meanwhile.
 		return ctrl.Result{}, nil
-	case m.Spec.InitialCluster == "":
+	case m.Spec.InitialCluster == "" && !build.EarlyStart(m, r.OperatorImage):
 		// etcd does not know this member yet: starting it would fail.
 		setPending(s)
 		return ctrl.Result{}, nil

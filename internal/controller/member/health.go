@@ -219,6 +219,11 @@ func podProblem(pod *corev1.Pod) string {
 	if pod.DeletionTimestamp != nil {
 		return "The pod is terminating"
 	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name == build.JoinGateContainer && cs.State.Running != nil {
+			return "The pod waits until the member is added to etcd"
+		}
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if w := cs.State.Waiting; w != nil && w.Reason != "" {
 			return fmt.Sprintf("Container %s is waiting: %s %s", cs.Name, w.Reason, w.Message)

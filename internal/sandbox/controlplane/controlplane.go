@@ -159,7 +159,7 @@ func (cp *ControlPlane) startControllers(in *instance.Instance, opts Options) er
 	host := in.APIServerIP().String()
 	grace := opts.NodeMonitorGracePeriod
 	if grace == 0 {
-		grace = 12 * time.Second
+		grace = 20 * time.Second
 	}
 	cm := []string{
 		"--kubeconfig=" + f("controller-manager.kubeconfig"),

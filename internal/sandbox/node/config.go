@@ -147,7 +147,7 @@ func (n *Node) kubeletConfig() ([]byte, error) {
 		"syncFrequency":                 "5s",
 		"nodeStatusUpdateFrequency":     "2s",
 		"nodeStatusReportFrequency":     "10s",
-		"nodeLeaseDurationSeconds":      8,
+		"nodeLeaseDurationSeconds":      10,
 		"serializeImagePulls":           false,
 		"shutdownGracePeriod":           "0s",
 		"kubeAPIQPS":                    50,

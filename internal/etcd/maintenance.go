@@ -1,0 +1,137 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Maintenance adds the day-two calls of the kubectl plugin to Client. The
+// operator itself never makes them; they live apart so that the operator's
+// interface (and its fake) stay as narrow as the controllers need.
+type Maintenance interface {
+	Client
+	// MemberAdd adds a voting member that has not started yet.
+	MemberAdd(ctx context.Context, peerURLs []string) (*Member, error)
+	// Defragment rewrites one member's backend file, blocking that member
+	// while it runs.
+	Defragment(ctx context.Context, endpoint string) error
+	// Compact discards the key history before the current revision, read
+	// from endpoint, and waits until the backend has dropped it. It returns
+	// that revision.
+	Compact(ctx context.Context, endpoint string) (int64, error)
+	AlarmList(ctx context.Context) ([]Alarm, error)
+	// AlarmDisarm clears one alarm, or every alarm when the zero Alarm is
+	// given, and returns the alarms it cleared.
+	AlarmDisarm(ctx context.Context, a Alarm) ([]Alarm, error)
+	// Snapshot streams the backend of the member the client is connected
+	// to; dial a single endpoint to choose it.
+	Snapshot(ctx context.Context) (io.ReadCloser, error)
+}
+
+// Alarm is an alarm a member raised: NOSPACE when its backend reached the
+// quota, CORRUPT when its data disagrees with the others.
+type Alarm struct {
+	MemberID uint64
+	Type     string
+}
+
+// ErrCompacted: the revision asked for was compacted away already.
+var ErrCompacted = errors.New("etcd: revision already compacted")
+
+// DialMaintenance opens a real client with the day-two calls.
+func DialMaintenance(ctx context.Context, cfg Config) (Maintenance, error) {
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*client), nil
+}
+
+var _ Maintenance = (*client)(nil)
+
+func (c *client) MemberAdd(ctx context.Context, peerURLs []string) (*Member, error) {
+	resp, err := c.c.MemberAdd(ctx, peerURLs)
+	if err != nil {
+		return nil, classify(err)
+	}
+	m := member(resp.Member.ID, resp.Member.Name, resp.Member.PeerURLs, resp.Member.ClientURLs, false)
+	return &m, nil
+}
+
+func (c *client) Defragment(ctx context.Context, endpoint string) error {
+	_, err := c.c.Defragment(ctx, endpoint)
+	return classify(err)
+}
+
+func (c *client) Compact(ctx context.Context, endpoint string) (int64, error) {
+	st, err := c.c.Status(ctx, endpoint)
+	if err != nil {
+		return 0, classify(err)
+	}
+	rev := st.Header.Revision
+	if _, err := c.c.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return rev, fmt.Errorf("%w: %d", ErrCompacted, rev)
+		}
+		return 0, classify(err)
+	}
+	return rev, nil
+}
+
+func (c *client) AlarmList(ctx context.Context) ([]Alarm, error) {
+	resp, err := c.c.AlarmList(ctx)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return alarms(resp.Alarms), nil
+}
+
+func (c *client) AlarmDisarm(ctx context.Context, a Alarm) ([]Alarm, error) {
+	am := &clientv3.AlarmMember{MemberID: a.MemberID}
+	if a.Type != "" {
+		t, ok := etcdserverpb.AlarmType_value[a.Type]
+		if !ok {
+			return nil, fmt.Errorf("unknown alarm type %q", a.Type)
+		}
+		am.Alarm = etcdserverpb.AlarmType(t)
+	}
+	resp, err := c.c.AlarmDisarm(ctx, am)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return alarms(resp.Alarms), nil
+}
+
+func (c *client) Snapshot(ctx context.Context) (io.ReadCloser, error) {
+	rc, err := c.c.Snapshot(ctx)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return classifyingReader{rc}, nil
+}
+
+// classifyingReader classifies the errors of a stream, which etcd sends
+// with the first chunk (permission denied, say), not with the call.
+type classifyingReader struct{ io.ReadCloser }
+
+func (r classifyingReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = classify(err)
+	}
+	return n, err
+}
+
+func alarms(in []*etcdserverpb.AlarmMember) []Alarm {
+	out := make([]Alarm, 0, len(in))
+	for _, a := range in {
+		out = append(out, Alarm{MemberID: a.MemberID, Type: a.Alarm.String()})
+	}
+	return out
+}

@@ -1,0 +1,106 @@
+package kubectletcd
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+)
+
+// AlarmRow is one alarm in `alarm list`.
+type AlarmRow struct {
+	MemberID string `json:"memberID"`
+	Name     string `json:"name,omitempty"`
+	Alarm    string `json:"alarm"`
+}
+
+func (a *app) alarmCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "alarm",
+		Short: "List or disarm etcd's alarms (NOSPACE, CORRUPT)",
+	}
+	var output string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the alarms members raised",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFormat(output); err != nil {
+				return err
+			}
+			return a.withSession(cmd, func(ctx context.Context, s *session) error {
+				primary, members, err := s.members(ctx)
+				if err != nil {
+					return err
+				}
+				alarms, err := timed(ctx, callTimeout, primary.client.AlarmList)
+				if err != nil {
+					return s.explain(err)
+				}
+				if len(alarms) == 0 && output == formatTable {
+					fmt.Fprintln(cmd.OutOrStdout(), "No alarm is raised.")
+					return nil
+				}
+				return alarmTable(alarms, members).print(cmd.OutOrStdout(), output)
+			})
+		},
+	}
+	outputFlag(list, &output)
+	disarm := &cobra.Command{
+		Use:   "disarm",
+		Short: "Disarm every alarm (after the cause, a full backend say, is gone)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.withSession(cmd, func(ctx context.Context, s *session) error {
+				primary, members, err := s.members(ctx)
+				if err != nil {
+					return err
+				}
+				cleared, err := timed(ctx, callTimeout, func(ctx context.Context) ([]etcd.Alarm, error) {
+					return primary.client.AlarmDisarm(ctx, etcd.Alarm{})
+				})
+				if err != nil {
+					return s.explain(err)
+				}
+				printDisarmed(cmd, cleared, members)
+				return nil
+			})
+		},
+	}
+	c.AddCommand(list, disarm)
+	return c
+}
+
+func printDisarmed(cmd *cobra.Command, cleared []etcd.Alarm, members *etcd.MemberList) {
+	if len(cleared) == 0 {
+		fmt.Fprintln(cmd.OutOrStdout(), "No alarm to disarm.")
+		return
+	}
+	for _, a := range cleared {
+		fmt.Fprintf(cmd.OutOrStdout(), "Disarmed %s of member %s.\n", a.Type, alarmMemberName(a.MemberID, members))
+	}
+}
+
+func alarmMemberName(id uint64, members *etcd.MemberList) string {
+	if m := findMember(members, id); m != nil && m.Name != "" {
+		return fmt.Sprintf("%s (%s)", m.Name, etcd.FormatID(id))
+	}
+	return etcd.FormatID(id)
+}
+
+func alarmTable(alarms []etcd.Alarm, members *etcd.MemberList) table {
+	rows := make([]AlarmRow, 0, len(alarms))
+	t := table{header: []string{"MEMBER ID", "NAME", "ALARM"}}
+	for _, a := range alarms {
+		r := AlarmRow{MemberID: etcd.FormatID(a.MemberID), Alarm: a.Type}
+		if m := findMember(members, a.MemberID); m != nil {
+			r.Name = m.Name
+		}
+		rows = append(rows, r)
+		t.rows = append(t.rows, []string{r.MemberID, orDash(r.Name), r.Alarm})
+	}
+	t.value = rows
+	return t
+}

@@ -1,0 +1,99 @@
+package kubectletcd
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+)
+
+// registerCompletions completes -p with the namespace's etcd member Pods, -c
+// with its EtcdClusters, -n with namespaces and -s with basic-auth Secrets.
+func (a *app) registerCompletions(root *cobra.Command) {
+	for flag, names := range map[string]func(context.Context, deps) ([]string, error){
+		"pod":                memberPodNames,
+		"cluster":            clusterNames,
+		"namespace":          namespaceNames,
+		"credentials-secret": credentialSecretNames,
+	} {
+		_ = root.RegisterFlagCompletionFunc(flag, a.completeWith(names))
+	}
+}
+
+func (a *app) completeWith(names func(context.Context, deps) ([]string, error)) cobra.CompletionFunc {
+	return func(_ *cobra.Command, _ []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		d, err := a.connect(&a.opts)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		all, err := names(ctx, d)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+		}
+		var out []cobra.Completion
+		for _, name := range all {
+			if strings.HasPrefix(name, prefix) {
+				out = append(out, name)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func memberPodNames(ctx context.Context, d deps) ([]string, error) {
+	list := &corev1.PodList{}
+	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace), client.HasLabels{build.LabelCluster}); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, p.Name)
+	}
+	return out, nil
+}
+
+func clusterNames(ctx context.Context, d deps) ([]string, error) {
+	list := &v1alpha2.EtcdClusterList{}
+	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range list.Items {
+		out = append(out, c.Name)
+	}
+	return out, nil
+}
+
+func namespaceNames(ctx context.Context, d deps) ([]string, error) {
+	list := &corev1.NamespaceList{}
+	if err := d.kube.List(ctx, list); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range list.Items {
+		out = append(out, n.Name)
+	}
+	return out, nil
+}
+
+func credentialSecretNames(ctx context.Context, d deps) ([]string, error) {
+	list := &corev1.SecretList{}
+	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range list.Items {
+		if s.Type == corev1.SecretTypeBasicAuth || len(s.Data[corev1.BasicAuthPasswordKey]) > 0 {
+			out = append(out, s.Name)
+		}
+	}
+	return out, nil
+}
