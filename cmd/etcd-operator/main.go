@@ -12,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -175,8 +176,8 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 }
 
 // cacheOptions scopes the cache: to the watched namespaces, and for Pods,
-// PVCs, Services and PDBs to the objects the operator manages, so memory does
-// not grow with unrelated workloads.
+// PVCs, Services, PDBs and EndpointSlices to the objects the operator manages,
+// so memory does not grow with unrelated workloads.
 func cacheOptions(watch string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{build.LabelManagedBy: build.ManagedBy})
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -185,6 +186,9 @@ func cacheOptions(watch string) cache.Options {
 		&corev1.Service{}:               {Label: managed},
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
 		&batchv1.Job{}:                  {Label: managed},
+		// Kubernetes copies a Service's labels onto its EndpointSlices, so the
+		// headless Services' slices carry the operator's label too.
+		&discoveryv1.EndpointSlice{}: {Label: managed},
 	}}
 	if watch != "" {
 		o.DefaultNamespaces = map[string]cache.Config{}

@@ -177,10 +177,14 @@ func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*wo
 }
 
 // clusterOfSlice maps an EndpointSlice of a cluster's headless Service (its
-// labels are copied from the Service's) to the cluster.
+// labels are copied from the Service's) to the cluster. The headless Service
+// is usually named after the cluster, but a member may record another (an
+// adopted cluster's), so any slice of the cluster's but the client Service's
+// counts.
 func clusterOfSlice(_ context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[build.LabelCluster]
-	if name == "" || o.GetLabels()[discoveryv1.LabelServiceName] != name {
+	svc := o.GetLabels()[discoveryv1.LabelServiceName]
+	if name == "" || svc == "" || svc == build.ClientServiceName(name) {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
