@@ -44,7 +44,8 @@ type Reconciler struct {
 	// EtcdRepository is the etcd image repository.
 	EtcdRepository string
 	// OperatorImage is this operator's image; with it a joining member's
-	// Pod starts before the member is added, held by the join gate.
+	// Pod starts before the member is added, held by the join gate, and a
+	// restored cluster's seed runs the restore agent.
 	OperatorImage string
 }
 

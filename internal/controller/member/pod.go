@@ -171,6 +171,10 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 		// namespace); look again shortly.
 		return ctrl.Result{RequeueAfter: retrySecrets}, nil
 	}
+	if msg := r.restoreRefused(s); msg != "" {
+		r.setNotReady(s, conditions.ReasonOperatorImageNotConfigured, msg)
+		return ctrl.Result{}, nil
+	}
 	pod := build.Pod(m, build.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s),
 		OperatorImage: r.OperatorImage, SecretHashes: hashes})
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
