@@ -86,77 +86,87 @@ func TestCertificateRotation(t *testing.T) {
 	updateSecret(t, ns, "peer-tls", map[string][]byte{"ca.crt": oldCA.certPEM})
 	waitReconciled(t, ns, name, 3, 4*time.Minute)
 
-	w := startWriter(t, ns, name)
-	w.requireWritesAfter("", 10, time.Minute)
-	rotate := func(step string, secrets map[string]map[string][]byte) {
-		t.Helper()
-		before := pods(t, ns, name)
-		changedAt := metav1.Now().Rfc3339Copy()
-		w.mark(step)
-		for secret, data := range secrets {
-			updateSecret(t, ns, secret, data)
-		}
-		eventually(t, 5*time.Minute, step+": every member restarted", func() (bool, string) {
-			c := getCluster(t, ns, name)
-			lr := c.Status.LastRollOut
-			if lr == nil || lr.StartTime.Before(&changedAt) || lr.CompletionTime == nil {
-				return false, fmt.Sprintf("last roll-out %+v", lr)
-			}
-			for n, p := range pods(t, ns, name) {
-				if before[n].UID == p.UID {
-					return false, "member " + n + " still runs its old Pod"
-				}
-			}
-			return lr.Cause == v1alpha2.RollOutCauseSecrets && len(lr.Restarted) == 3, fmt.Sprintf("last roll-out %+v", lr)
-		})
-		w.mark(step + " rolled")
-		waitReconciled(t, ns, name, 3, 3*time.Minute)
-		w.requireWritesAfter(step+" rolled", 10, time.Minute)
-		t.Logf("%s: longest write stall %s", step, w.longestStall(step, step+" rolled").Round(time.Millisecond))
-		if err := etcdMatchesMembers(t, ns, name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	serving := func(port string, want keyPair) {
-		t.Helper()
-		serial := x509Leaf(t, want).SerialNumber
-		for n, p := range pods(t, ns, name) {
-			if got := servedSerial(t, p.Status.PodIP, port, clientCert.Load()); got.Cmp(serial) != 0 {
-				t.Errorf("member %s serves certificate %s on port %s, want %s", n, got, port, serial)
-			}
-		}
-	}
+	r := &rotation{t: t, ns: ns, name: name, w: startWriter(t, ns, name), clientCert: &clientCert}
+	r.w.requireWritesAfter("", 10, time.Minute)
 
 	// A renewal: new certificates from the same CA.
 	server, peer = oldCA.issue(t, "server", domains, usage), oldCA.issue(t, "peer", domains[:2], usage)
-	rotate("renewal", map[string]map[string][]byte{"server-tls": pairData(server), "peer-tls": pairData(peer)})
-	serving("2379", server)
-	serving("2380", peer)
+	r.rotate("renewal", map[string]map[string][]byte{"server-tls": pairData(server), "peer-tls": pairData(peer)})
+	r.serving("2379", server)
+	r.serving("2380", peer)
 
 	// A new CA: first trusted beside the old one.
 	both := append(append([]byte{}, oldCA.certPEM...), newCA.certPEM...)
-	rotate("trust both CAs", map[string]map[string][]byte{"server-tls": {"ca.crt": both}, "peer-tls": {"ca.crt": both}})
+	r.rotate("trust both CAs", map[string]map[string][]byte{"server-tls": {"ca.crt": both}, "peer-tls": {"ca.crt": both}})
 	// Then every certificate from the new CA, the operator's and the
 	// client's too.
 	server, peer, operator = newCA.issue(t, "server", domains, usage), newCA.issue(t, "peer", domains[:2], usage), newCA.issue(t, "operator", nil, clientUsage)
 	oldClient := clientCert.Load()
 	updateSecret(t, ns, "operator-tls", pairData(operator))
 	clientCert.Store(x509Pair(t, operator))
-	rotate("certificates from the new CA", map[string]map[string][]byte{"server-tls": pairData(server), "peer-tls": pairData(peer)})
-	serving("2379", server)
-	serving("2380", peer)
+	r.rotate("certificates from the new CA", map[string]map[string][]byte{"server-tls": pairData(server), "peer-tls": pairData(peer)})
+	r.serving("2379", server)
+	r.serving("2380", peer)
 	if err := readWith(ns, name, oldClient); err != nil {
 		t.Errorf("while both CAs are trusted, a client certificate of the old CA should still be accepted: %v", err)
 	}
 	// Last, the old CA is no longer trusted.
-	rotate("trust the new CA only", map[string]map[string][]byte{"server-tls": {"ca.crt": newCA.certPEM}, "peer-tls": {"ca.crt": newCA.certPEM}})
+	r.rotate("trust the new CA only", map[string]map[string][]byte{"server-tls": {"ca.crt": newCA.certPEM}, "peer-tls": {"ca.crt": newCA.certPEM}})
 	if err := readWith(ns, name, oldClient); err == nil {
 		t.Error("a client certificate of the retired CA was accepted after the roll-out")
 	}
 	if err := readWith(ns, name, clientCert.Load()); err != nil {
 		t.Errorf("a client certificate of the new CA was refused: %v", err)
 	}
-	w.verify("trust the new CA only rolled")
+	r.w.verify("trust the new CA only rolled")
+}
+
+// rotation drives certificate changes on a cluster with a client writing.
+type rotation struct {
+	t          *testing.T
+	ns, name   string
+	w          *writer
+	clientCert *atomic.Pointer[tls.Certificate]
+}
+
+// rotate changes Secrets and waits until every member was restarted onto
+// them, one at a time, with writes going on; it reports the longest stall.
+func (r *rotation) rotate(step string, secrets map[string]map[string][]byte) {
+	t, ns, name := r.t, r.ns, r.name
+	t.Helper()
+	before := pods(t, ns, name)
+	changedAt := metav1.Now().Rfc3339Copy()
+	r.w.mark(step)
+	for secret, data := range secrets {
+		updateSecret(t, ns, secret, data)
+	}
+	eventually(t, 5*time.Minute, step+": every member restarted", func() (bool, string) {
+		lr := getCluster(t, ns, name).Status.LastRollOut
+		if lr == nil || lr.StartTime.Before(&changedAt) || lr.CompletionTime == nil {
+			return false, fmt.Sprintf("last roll-out %+v", lr)
+		}
+		for n, p := range pods(t, ns, name) {
+			if before[n].UID == p.UID {
+				return false, "member " + n + " still runs its old Pod"
+			}
+		}
+		return lr.Cause == v1alpha2.RollOutCauseSecrets && len(lr.Restarted) == 3, fmt.Sprintf("last roll-out %+v", lr)
+	})
+	r.w.mark(step + " rolled")
+	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	r.w.requireWritesAfter(step+" rolled", 10, time.Minute)
+	t.Logf("%s: longest write stall %s", step, r.w.longestStall(step, step+" rolled").Round(time.Millisecond))
+}
+
+// serving checks that every member presents the certificate on a port.
+func (r *rotation) serving(port string, want keyPair) {
+	r.t.Helper()
+	serial := x509Leaf(r.t, want).SerialNumber
+	for n, p := range pods(r.t, r.ns, r.name) {
+		if got := servedSerial(r.t, p.Status.PodIP, port, r.clientCert.Load()); got.Cmp(serial) != 0 {
+			r.t.Errorf("member %s serves certificate %s on port %s, want %s", n, got, port, serial)
+		}
+	}
 }
 
 func pairData(kp keyPair) map[string][]byte {

@@ -350,7 +350,6 @@ func TestPodWaitsForSecrets(t *testing.T) {
 		}
 		pod := &corev1.Pod{}
 		podErr := cl.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "db-a"}, pod)
-		ready := conditions.Get(s.member.Status.Conditions, conditions.Ready)
 		if c.want == nil {
 			if podErr != nil {
 				t.Errorf("%s: no Pod: %v", c.name, podErr)
@@ -365,13 +364,21 @@ func TestPodWaitsForSecrets(t *testing.T) {
 		if res.RequeueAfter == 0 {
 			t.Errorf("%s: no retry", c.name)
 		}
-		if ready == nil || ready.Reason != conditions.ReasonSecretMissing {
-			t.Fatalf("%s: Ready %+v", c.name, ready)
-		}
-		for _, w := range c.want {
-			if !strings.Contains(ready.Message, w) {
-				t.Errorf("%s: message %q does not say %q", c.name, ready.Message, w)
-			}
+		checkNamed(t, c.name, conditions.Get(s.member.Status.Conditions, conditions.Ready), c.want)
+	}
+}
+
+// checkNamed checks that a condition says SecretMissing and names each of
+// want.
+func checkNamed(t *testing.T, what string, c *metav1.Condition, want []string) {
+	t.Helper()
+	if c == nil || c.Reason != conditions.ReasonSecretMissing {
+		t.Errorf("%s: %+v", what, c)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(c.Message, w) {
+			t.Errorf("%s: message %q does not say %q", what, c.Message, w)
 		}
 	}
 }
