@@ -48,6 +48,15 @@ const (
 	// ReasonClusterIDMismatch: etcd answers with another cluster ID than
 	// the one latched; no membership change is made.
 	ReasonClusterIDMismatch = "ClusterIDMismatch"
+	// ReasonAuthEnabled: etcd authentication was turned on, or the root
+	// password applied (Events).
+	ReasonAuthEnabled = "AuthEnabled"
+	// ReasonEnablingAuth: the cluster converged and authentication is being
+	// turned on.
+	ReasonEnablingAuth = "EnablingAuth"
+	// ReasonAuthRequiredNotConfigured (etcd checks credentials but the spec
+	// gives none) and ReasonAuthCredentialsRejected (etcd refuses the root
+	// password) are shared with snapshots (snapshot.go).
 	// ReasonNotImplemented: the spec asks for something this operator
 	// version does not do yet.
 	ReasonNotImplemented = "NotImplemented"

@@ -56,7 +56,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -153,13 +153,14 @@ func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error
 		r.ensureServices,
 		r.initialize,
 		r.latchTarget,
-		r.holdUnimplemented,
 		r.bootstrap,
+		r.authLatch,
 		r.readEtcd,
 		r.recordJoined,
 		r.changeMembership,
 		r.scale,
 		r.rollOut,
+		r.enableAuth,
 	}
 	for _, s := range steps {
 		res, err := s(ctx, w)

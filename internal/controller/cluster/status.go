@@ -51,6 +51,8 @@ func setAvailable(w *world) {
 	switch {
 	case w.blocked != nil:
 		set(w, conditions.Available, false, w.blocked.reason, w.blocked.message)
+	case w.authProblem != nil:
+		set(w, conditions.Available, false, w.authProblem.reason, w.authProblem.message)
 	case w.mismatch != "":
 		set(w, conditions.Available, false, conditions.ReasonClusterIDMismatch, w.mismatch)
 	case paused(w):
@@ -83,6 +85,12 @@ func setProgressing(w *world) {
 	switch {
 	case paused(w) && targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
+	case targetReached(w) && build.AuthWanted(w.cluster) && !w.cluster.Status.AuthEnabled:
+		msg := "Enabling etcd authentication"
+		if w.progress.reason == conditions.ReasonEnablingAuth {
+			msg = w.progress.message
+		}
+		set(w, conditions.Progressing, true, conditions.ReasonEnablingAuth, msg)
 	case targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonReconciled,
 			fmt.Sprintf("%d members of etcd %s are ready voters", w.desired(), w.cluster.Status.Observed.Version))
@@ -121,6 +129,8 @@ func setDegraded(w *world) {
 		set(w, conditions.Degraded, true, conditions.ReasonClusterIDMismatch, w.mismatch)
 	case paused(w):
 		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
+	case w.authProblem != nil:
+		set(w, conditions.Degraded, true, w.authProblem.reason, w.authProblem.message)
 	case w.stuck != "":
 		set(w, conditions.Degraded, true, conditions.ReasonRollOutStuck, w.stuck)
 	case w.refused != "":

@@ -48,6 +48,9 @@ type world struct {
 	// one, is missing.
 	secrets       map[string]*corev1.Secret
 	secretProblem string
+	// authProblem is why etcd refuses the operator's credentials (or
+	// wants some the spec does not give).
+	authProblem *progress
 }
 
 // progress says what the operator is doing; an empty reason means nothing.

@@ -20,8 +20,12 @@ type scenario struct {
 	disrupt func(h *harness)
 	// check, if set, is checked once the scenario converged.
 	check func(h *harness)
-	// peerTLS runs the cluster's peer plane from a Secret.
-	peerTLS bool
+	// peerTLS runs the cluster's peer plane from a Secret; auth turns on
+	// etcd authentication.
+	peerTLS, auth bool
+	// noPassword starts an auth cluster before its root password Secret
+	// exists: it converges but cannot enable authentication yet.
+	noPassword bool
 }
 
 // TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
@@ -48,6 +52,16 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 		{name: "roll 3 members onto a rotated Secret", start: 3, target: 3, peerTLS: true, disrupt: func(h *harness) {
 			h.putPeerSecret(with(peerMaterial, "tls.crt", "cert 2"))
 		}, check: restartedOnce},
+		{name: "enable authentication", start: 3, target: 3, auth: true, noPassword: true, disrupt: func(h *harness) {
+			h.putPassword("first")
+		}, check: func(h *harness) {
+			h.run("auth latched", h.authConverged(3, "first"))
+		}},
+		{name: "change the root password", start: 3, target: 3, auth: true, disrupt: func(h *harness) {
+			h.putPassword("second")
+		}, check: func(h *harness) {
+			h.run("password applied", h.authConverged(3, "second"))
+		}},
 		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
 			for _, m := range h.members("c")[:2] {
 				if err := h.c.Delete(context.Background(), &m); err != nil {
@@ -102,6 +116,9 @@ func prepared(t *testing.T, sc scenario) *harness {
 	if sc.peerTLS {
 		h.putPeerSecret(peerMaterial)
 	}
+	if sc.auth && !sc.noPassword {
+		h.putPassword("first")
+	}
 	if sc.start > 0 {
 		h.createCluster("c", sc.start, func(c *v1alpha2.EtcdCluster) {
 			if sc.version != "" {
@@ -110,10 +127,22 @@ func prepared(t *testing.T, sc scenario) *harness {
 			if sc.peerTLS {
 				withPeerTLS(c)
 			}
+			if sc.auth {
+				withAuth(c)
+			}
 		})
-		h.run("start", h.converged("c", int(sc.start)))
+		h.run("start", h.started(sc))
 	}
 	return h
+}
+
+// started says when the scenario's starting cluster is there.
+func (h *harness) started(sc scenario) func() bool {
+	if sc.noPassword {
+		// Converged but for authentication, which waits for the password.
+		return func() bool { return h.getCluster("c").Status.ReadyMembers == sc.start && h.etcdMatches("c") == nil }
+	}
+	return h.converged("c", int(sc.start))
 }
 
 func (h *harness) setReplicasOrCreate(sc scenario) {
@@ -122,7 +151,11 @@ func (h *harness) setReplicasOrCreate(sc scenario) {
 		return
 	}
 	if sc.start == 0 {
-		h.createCluster("c", sc.target)
+		h.createCluster("c", sc.target, func(c *v1alpha2.EtcdCluster) {
+			if sc.auth {
+				withAuth(c)
+			}
+		})
 		return
 	}
 	h.setReplicas("c", sc.target)

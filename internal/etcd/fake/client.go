@@ -299,4 +299,14 @@ func (f *client) EnableRootAuth(_ context.Context, password string) error {
 	return nil
 }
 
+func (f *client) ChangeRootPassword(_ context.Context, password string) error {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	if _, err := f.consensus(); err != nil {
+		return err
+	}
+	f.c.RootPassword = password
+	return nil
+}
+
 func (f *client) Close() error { return nil }
