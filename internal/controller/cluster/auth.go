@@ -48,7 +48,14 @@ func (r *Reconciler) authLatch(ctx context.Context, w *world) (*ctrl.Result, err
 		return err
 	})
 	if err == nil && on {
-		// Enabled by a pass that stopped before it latched.
+		// Enabled by a pass that stopped before it latched (or by hand).
+		// Latched only with a password to log in with: every dial uses it.
+		if _, err := etcdconn.AppliedPassword(ctx, r.APIReader, c); err != nil {
+			w.authProblem = &progress{conditions.ReasonAuthCredentialsRejected,
+				"etcd has authentication on, and the operator has no root password to log in with: " + err.Error()}
+			r.warnOnce(w, w.authProblem.reason, "EnableAuth", w.authProblem.message)
+			return nil, nil
+		}
 		c.Status.AuthEnabled = true
 		r.event(c, false, conditions.ReasonAuthEnabled, "EnableAuth", "etcd already checks credentials: authentication latched")
 	}
