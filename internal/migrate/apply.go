@@ -293,7 +293,7 @@ func (a *applier) handOver(ctx context.Context, obj client.Object, m *v1alpha2.E
 	if ownedBy(obj, m.UID) && sameLabels(obj.GetLabels(), labels) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 	var refs []metav1.OwnerReference
 	for _, r := range obj.GetOwnerReferences() {
 		if r.Controller == nil || !*r.Controller {
@@ -367,7 +367,7 @@ func (a *applier) giveService(ctx context.Context, svc *corev1.Service, c *v1alp
 	if len(svc.OwnerReferences) == 1 && svc.OwnerReferences[0].UID == c.UID && sameLabels(svc.Labels, labels) {
 		return nil
 	}
-	patch := client.MergeFromWithOptions(svc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	patch := client.MergeFrom(svc.DeepCopy())
 	svc.OwnerReferences = refs
 	svc.Labels = labels
 	if err := a.env.Client.Patch(ctx, svc, patch); err != nil {
