@@ -91,7 +91,7 @@ func legacyCR(t *testing.T, ns, name string, replicas int32, mods ...func(spec m
 
 // legacyObjects makes what the legacy operator makes for a cluster whose
 // members keep their data in claims.
-func legacyObjects(name, ns string, replicas int32, owner *unstructured.Unstructured) []client.Object {
+func legacyObjects(name, ns string, replicas int32, owner *unstructured.Unstructured, emptyDir bool) []client.Object {
 	headless := name + "-headless"
 	ref := metav1.OwnerReference{APIVersion: "etcd.aenix.io/v1alpha1", Kind: "EtcdCluster", Name: name, UID: owner.GetUID(),
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
@@ -124,7 +124,7 @@ func legacyObjects(name, ns string, replicas int32, owner *unstructured.Unstruct
 			Selector:                   &metav1.LabelSelector{MatchLabels: legacyLabels(name)},
 			UnhealthyPodEvictionPolicy: ptr.To(policyv1.IfHealthyBudget),
 		}},
-		legacyStatefulSet(meta(name), ns, headless, replicas),
+		legacyStatefulSet(meta(name), headless, replicas, emptyDir),
 	}
 }
 
@@ -148,14 +148,14 @@ func legacyArgs(headless string) []string {
 	}
 }
 
-func legacyStatefulSet(meta metav1.ObjectMeta, ns, headless string, replicas int32) *appsv1.StatefulSet {
+func legacyStatefulSet(meta metav1.ObjectMeta, headless string, replicas int32, emptyDir bool) *appsv1.StatefulSet {
 	name := meta.Name
 	podLabels := legacyLabels(name)
 	podLabels["team"] = "storage"
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{PeriodSeconds: 5, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(2381)}}}
 	}
-	return &appsv1.StatefulSet{
+	sts := &appsv1.StatefulSet{
 		ObjectMeta: meta,
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:            ptr.To(replicas),
@@ -194,15 +194,21 @@ func legacyStatefulSet(meta metav1.ObjectMeta, ns, headless string, replicas int
 			}},
 		},
 	}
+	if emptyDir {
+		sts.Spec.VolumeClaimTemplates = nil
+		sts.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	}
+	return sts
 }
 
 // startLegacyCluster creates a legacy cluster of n members and waits until
 // its StatefulSet is ready; then, as the legacy operator does, it switches
 // the cluster state to existing.
-func startLegacyCluster(t *testing.T, ns, name string, n int32) *unstructured.Unstructured {
+func startLegacyCluster(t *testing.T, ns, name string, n int32, mods ...func(spec map[string]any)) *unstructured.Unstructured {
 	t.Helper()
-	cr := legacyCR(t, ns, name, n)
-	for _, obj := range legacyObjects(name, ns, n, cr) {
+	cr := legacyCR(t, ns, name, n, mods...)
+	_, emptyDir, _ := unstructured.NestedMap(cr.Object, "spec", "storage", "emptyDir")
+	for _, obj := range legacyObjects(name, ns, n, cr, emptyDir) {
 		if err := k.Create(context.Background(), obj); err != nil {
 			t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
 		}

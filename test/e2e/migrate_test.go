@@ -266,6 +266,13 @@ func legacyObjectsGone(t *testing.T, ns, name string) {
 // cluster: the CR, StatefulSet, Pods, claims, Services, ConfigMap and PDB.
 func legacyVersions(t *testing.T, ns, name string) map[string]string {
 	t.Helper()
+	return legacyVersionsAtLeast(t, ns, name, 10)
+}
+
+// legacyVersionsAtLeast is legacyVersions, failing when fewer than min
+// objects are found.
+func legacyVersionsAtLeast(t *testing.T, ns, name string, min int) map[string]string {
+	t.Helper()
 	ctx := context.Background()
 	out := map[string]string{}
 	sel := client.MatchingLabels(legacyLabels(name))
@@ -292,9 +299,11 @@ func legacyVersions(t *testing.T, ns, name string) map[string]string {
 		t.Fatal(err)
 	}
 	for _, o := range legacy.Items {
-		out["etcdcluster.etcd.aenix.io/"+o.GetName()] = o.GetResourceVersion()
+		if o.GetName() == name {
+			out["etcdcluster.etcd.aenix.io/"+o.GetName()] = o.GetResourceVersion()
+		}
 	}
-	if len(out) < 10 {
+	if len(out) < min {
 		t.Fatalf("expected the legacy cluster's objects, found %v", out)
 	}
 	return out
