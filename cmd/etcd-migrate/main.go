@@ -51,7 +51,6 @@ its members are, and prints what it would create, what it cannot carry over and
 what changes. With --apply it hands the running Pods and volumes to a new
 EtcdCluster and one EtcdMember per member, without restarting any Pod or
 touching etcd's membership. Both operators must be scaled to zero first.`,
-		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -64,6 +63,12 @@ touching etcd's membership. Both operators must be scaled to zero first.`,
 			return nil
 		},
 	}
+	root.AddCommand(&cobra.Command{
+		Use:   "version",
+		Short: "Print the version of etcd-migrate",
+		Args:  cobra.NoArgs,
+		Run:   func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), version) },
+	})
 	f := root.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "path to the kubeconfig (default $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&kubeCtx, "context", "", "kubeconfig context to use")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,12 +35,17 @@ const legacyImage = "quay.io/coreos/etcd:v3.5.35"
 // legacyClaimSize is the claim size the legacy clusters ask for.
 var legacyClaimSize = resource.MustParse("1Gi")
 
+var legacyCRDOnce sync.Once
+
+// installLegacyCRD installs the legacy CRD once for every suite that needs it.
 func installLegacyCRD(t *testing.T) {
 	t.Helper()
 	path := filepath.Join(tools.RepoRoot(), "test", "e2e", "testdata", "legacy-etcdclusters-crd.yaml")
-	if out, err := kubectl("apply", "-f", path); err != nil {
-		t.Fatalf("installing the legacy CRD: %v\n%s", err, out)
-	}
+	legacyCRDOnce.Do(func() {
+		if out, err := kubectl("apply", "-f", path); err != nil && !strings.Contains(out, "AlreadyExists") {
+			t.Fatalf("installing the legacy CRD: %v\n%s", err, out)
+		}
+	})
 	eventually(t, time.Minute, "the legacy CRD served", func() (bool, string) {
 		out, err := kubectl("get", "etcdclusters.etcd.aenix.io", "-A")
 		return err == nil, out
