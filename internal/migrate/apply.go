@@ -41,8 +41,8 @@ var Steps = []Step{
 	{"members", "create an EtcdMember per live member and pre-fill its status (member ID, Pod, claim, voter)", (*applier).members},
 	{"statefulset", "delete the StatefulSet, orphaning its Pods, and wait until it is gone", (*applier).retireStatefulSet},
 	{"pods", "hand each Pod and claim to its EtcdMember (owner reference, labels)", (*applier).adoptPods},
-	{"services", "give the legacy headless Service to the EtcdCluster; delete a ClusterIP Service named like the cluster", (*applier).services},
-	{"legacy", "delete the ConfigMap, the PodDisruptionBudget and the legacy EtcdCluster (orphaning the rest)", (*applier).retireLegacy},
+	{"services", "give the legacy headless Service and the cluster-state ConfigMap (which the adopted Pods read at every container start) to the EtcdCluster; delete a ClusterIP Service named like the cluster", (*applier).services},
+	{"legacy", "delete the PodDisruptionBudget and the legacy EtcdCluster (orphaning the rest)", (*applier).retireLegacy},
 }
 
 // ErrStopped is returned when the run stopped after the step it was told to
@@ -354,8 +354,45 @@ func (a *applier) services(ctx context.Context) error {
 			return err
 		}
 	}
+	return a.giveConfigMap(ctx, c)
+}
+
+// giveConfigMap keeps the legacy cluster-state ConfigMap for as long as the
+// cluster lives: the adopted Pods take their environment from it, and the
+// kubelet refuses to start a container whose ConfigMap is gone, so deleting
+// it would turn the next crash of an adopted member into an outage of it.
+// Its state is pinned to existing: the cluster formed long ago.
+func (a *applier) giveConfigMap(ctx context.Context, c *v1alpha2.EtcdCluster) error {
+	cm := &corev1.ConfigMap{}
+	err := a.env.Client.Get(ctx, a.key(a.plan.Live.Legacy.ConfigMap()), cm)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	labels := memberPodLabels(cm.Labels, c.Name, "", false)
+	delete(labels, build.LabelComponent)
+	if len(cm.OwnerReferences) == 1 && cm.OwnerReferences[0].UID == c.UID && sameLabels(cm.Labels, labels) &&
+		cm.Data[legacyStateKey] == build.StateExisting {
+		return nil
+	}
+	patch := client.MergeFrom(cm.DeepCopy())
+	cm.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha2.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID}}
+	cm.Labels = labels
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data[legacyStateKey] = build.StateExisting
+	if err := a.env.Client.Patch(ctx, cm, patch); err != nil {
+		return fmt.Errorf("handing ConfigMap %s to the EtcdCluster: %w", cm.Name, err)
+	}
 	return nil
 }
+
+// legacyStateKey is the ConfigMap key the legacy Pods read their initial
+// cluster state from.
+const legacyStateKey = "ETCD_INITIAL_CLUSTER_STATE"
 
 // giveService makes the EtcdCluster a (non-controlling) owner of a legacy
 // Service in place of the legacy cluster, and labels it as the cluster's, so
@@ -376,12 +413,11 @@ func (a *applier) giveService(ctx context.Context, svc *corev1.Service, c *v1alp
 	return nil
 }
 
-// retireLegacy deletes the legacy operator's ConfigMap and PDB (only those it
-// made) and then the legacy EtcdCluster, orphaning whatever still names it.
+// retireLegacy deletes the legacy operator's PDB (only if it made it) and
+// then the legacy EtcdCluster, orphaning whatever still names it.
 func (a *applier) retireLegacy(ctx context.Context) error {
 	l := a.plan.Live.Legacy
 	for _, obj := range []client.Object{
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: l.ConfigMap(), Namespace: l.Namespace()}},
 		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: l.Name(), Namespace: l.Namespace()}},
 	} {
 		err := a.env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)

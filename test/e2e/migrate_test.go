@@ -45,7 +45,8 @@ const (
 // continuous writer: a dry run that changes no object, then an apply that
 // is stopped after every step and re-run, then the operator, which takes the
 // cluster over without restarting a Pod or losing a key, and grows and
-// shrinks it 3 → 5 → 3.
+// shrinks it 3 → 5 → 3 and replaces an adopted member whose volume was
+// wiped.
 func TestMigrate(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, migrateNS)
@@ -89,7 +90,27 @@ func TestMigrate(t *testing.T) {
 	}
 	w.mark("scaled")
 	w.requireWritesBetween("taken over", "scaled", 1)
-	w.verify("scaled")
+
+	// An adopted member whose volume is wiped is replaced like any other:
+	// its legacy Pod restarts on the empty data directory, etcd refuses to
+	// run as a member it has no log of, and the operator removes it and
+	// adds a fresh member of its own.
+	victim := name + "-1"
+	w.mark("wiped")
+	if err := sb.Wipe(context.Background(), ns, "data-"+victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Kill(context.Background(), ns, victim, "etcd"); err != nil {
+		t.Fatal(err)
+	}
+	waitReplaced(t, ns, name, victim, 3, 5*time.Minute)
+	waitReconciled(t, ns, name, 3, 5*time.Minute)
+	w.mark("repaired")
+	w.requireWritesBetween("wiped", "repaired", 1)
+	if got := getCluster(t, ns, name).Status.ClusterID; got != legacyID {
+		t.Errorf("cluster ID changed from %s to %s", legacyID, got)
+	}
+	w.verify("repaired")
 }
 
 // startMigrateOperator installs the suite's own operator, for its namespace
@@ -233,13 +254,16 @@ func snapshotIsValid(t *testing.T, dir string) {
 func legacyObjectsGone(t *testing.T, ns, name string) {
 	t.Helper()
 	ctx := context.Background()
-	for _, obj := range []client.Object{
-		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name + "-cluster-state"}},
-	} {
-		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: obj.GetName()}, obj); !apierrors.IsNotFound(err) {
-			t.Errorf("%T %s still there (err %v)", obj, obj.GetName(), err)
-		}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Errorf("StatefulSet %s still there (err %v)", name, err)
+	}
+	// The adopted Pods read their environment from the cluster-state
+	// ConfigMap at every container start: it stays, with the cluster.
+	cm := &corev1.ConfigMap{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-cluster-state"}, cm); err != nil {
+		t.Errorf("cluster-state ConfigMap: %v", err)
+	} else if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "EtcdCluster" || cm.Data["ETCD_INITIAL_CLUSTER_STATE"] != "existing" {
+		t.Errorf("cluster-state ConfigMap: owners %v, data %v", cm.OwnerReferences, cm.Data)
 	}
 	pdb := &policyv1.PodDisruptionBudget{}
 	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pdb); err == nil && !metav1.IsControlledBy(pdb, getCluster(t, ns, name)) {
