@@ -116,7 +116,7 @@ func (lv *Live) readObjects(ctx context.Context, c client.Client) error {
 
 // askEtcd reads the membership and auth state through the first Ready Pod.
 func (lv *Live) askEtcd(ctx context.Context, env Env) error {
-	var lastErr error = fmt.Errorf("no Ready Pod with labels %v", lv.Legacy.SelectorLabels())
+	lastErr := fmt.Errorf("no Ready Pod with labels %v", lv.Legacy.SelectorLabels())
 	for _, p := range lv.Pods {
 		if !podReady(p) {
 			continue
@@ -290,23 +290,34 @@ func (lv *Live) facts() LiveFacts {
 			f.PeerTLS = true
 		}
 		if m.Pod != nil && f.Image == "" {
-			for _, c := range m.Pod.Spec.Containers {
-				if c.Name == "etcd" {
-					f.Image = c.Image
-					f.Args = append(slices.Clone(c.Command), c.Args...)
-				}
-			}
+			f.Image, f.Args = etcdCommand(m.Pod)
 		}
 		if m.PVC != nil {
-			if q, ok := m.PVC.Spec.Resources.Requests[corev1.ResourceStorage]; ok && (f.ClaimSize == nil || q.Cmp(*f.ClaimSize) > 0) {
-				f.ClaimSize = ptrTo(q)
-			}
-			if f.StorageClassName == nil {
-				f.StorageClassName = m.PVC.Spec.StorageClassName
-			}
+			claimFacts(&f, m.PVC)
 		}
 	}
 	return f
+}
+
+// etcdCommand is the image and command line of a Pod's etcd container.
+func etcdCommand(p *corev1.Pod) (string, []string) {
+	for _, c := range p.Spec.Containers {
+		if c.Name == "etcd" {
+			return c.Image, append(slices.Clone(c.Command), c.Args...)
+		}
+	}
+	return "", nil
+}
+
+// claimFacts folds a member's claim into the facts: the largest request
+// and the first class seen.
+func claimFacts(f *LiveFacts, pvc *corev1.PersistentVolumeClaim) {
+	if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok && (f.ClaimSize == nil || q.Cmp(*f.ClaimSize) > 0) {
+		f.ClaimSize = ptrTo(q)
+	}
+	if f.StorageClassName == nil {
+		f.StorageClassName = pvc.Spec.StorageClassName
+	}
 }
 
 func ptrTo(q resource.Quantity) *resource.Quantity { return &q }

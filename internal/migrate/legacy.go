@@ -68,7 +68,7 @@ type legacySpec struct {
 		} `json:"volumeClaimTemplate"`
 	} `json:"storage"`
 	Security *struct {
-		EnableAuth bool `json:"enableAuth,omitempty"`
+		EnableAuth bool      `json:"enableAuth,omitempty"`
 		TLS        legacyTLS `json:"tls"`
 	} `json:"security,omitempty"`
 	Bootstrap *json.RawMessage `json:"bootstrap,omitempty"`

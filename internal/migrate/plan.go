@@ -57,7 +57,7 @@ func (p *Plan) members(c *v1alpha2.EtcdCluster) []*v1alpha2.EtcdMember {
 	var out []*v1alpha2.EtcdMember
 	for _, lm := range p.Live.Members {
 		m := build.NewMember(c, false)
-		m.TypeMeta.APIVersion, m.TypeMeta.Kind = v1alpha2.GroupVersion.String(), "EtcdMember"
+		m.APIVersion, m.Kind = v1alpha2.GroupVersion.String(), "EtcdMember"
 		m.GenerateName, m.Name = "", lm.Name
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}

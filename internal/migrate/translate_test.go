@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 // legacy builds a legacy cluster "db" in "ns" with a claim template of 1Gi,
@@ -68,20 +70,8 @@ func TestTranslate(t *testing.T) {
 		dropped     []string
 		riskContain string
 	}{{
-		name: "plain cluster: version from the image, options as etcd runs them, peer auto-TLS kept",
-		check: func(t *testing.T, tr *Translation) {
-			s := tr.Cluster.Spec
-			if s.Version != "3.5.35" || *s.Replicas != 3 || s.Storage.Size.String() != "1Gi" {
-				t.Errorf("spec %+v", s)
-			}
-			o := s.Options
-			if o == nil || *o.QuotaBackendBytes != 1020054732 || *o.SnapshotCount != 20000 || o.AutoCompactionRetention != "5m" {
-				t.Errorf("options %+v (the last --snapshot-count wins, as in etcd)", o)
-			}
-			if tr.Cluster.Annotations[build.AnnotationPeerAutoTLS] != "true" || tr.Cluster.Annotations[MigratedFromAnnotation] != "legacy-uid" {
-				t.Errorf("annotations %v", tr.Cluster.Annotations)
-			}
-		},
+		name:  "plain cluster: version from the image, options as etcd runs them, peer auto-TLS kept",
+		check: checkPlain,
 	}, {
 		name:    "emptyDir is refused",
 		legacy:  []func(map[string]any){set([]string{"storage", "emptyDir"}, map[string]any{})},
@@ -103,14 +93,10 @@ func TestTranslate(t *testing.T) {
 		live:    []func(*LiveFacts){func(f *LiveFacts) { f.Image = "registry.local/etcd:latest" }},
 		refusal: "no X.Y.Z tag",
 	}, {
-		name:    "--version overrides the tag",
-		live:    []func(*LiveFacts){func(f *LiveFacts) { f.Image = "registry.local/etcd:latest" }},
-		version: "3.5.35",
-		check: func(t *testing.T, tr *Translation) {
-			if tr.Cluster.Spec.Version != "3.5.35" {
-				t.Errorf("version %s", tr.Cluster.Spec.Version)
-			}
-		},
+		name:        "--version overrides the tag",
+		live:        []func(*LiveFacts){func(f *LiveFacts) { f.Image = "registry.local/etcd:latest" }},
+		version:     "3.5.35",
+		check:       checkVersionOverride,
 		riskContain: "registry.local/etcd",
 	}, {
 		name:    "a non-integer quota is refused",
@@ -144,18 +130,7 @@ func TestTranslate(t *testing.T) {
 			set([]string{"podTemplate", "spec", "containers"}, []any{map[string]any{"name": "etcd",
 				"resources": map[string]any{"requests": map[string]any{"cpu": "250m"}}}}),
 		},
-		check: func(t *testing.T, tr *Translation) {
-			s := tr.Cluster.Spec
-			if s.AdditionalMetadata == nil || s.AdditionalMetadata.Labels["team"] != "storage" {
-				t.Errorf("additionalMetadata %+v", s.AdditionalMetadata)
-			}
-			if len(s.ImagePullSecrets) != 1 || s.Resources.Requests.Cpu().String() != "250m" {
-				t.Errorf("pull secrets %v, resources %v", s.ImagePullSecrets, s.Resources)
-			}
-			if len(tr.Dropped) != 0 {
-				t.Errorf("dropped %v", tr.Dropped)
-			}
-		},
+		check: checkCarried,
 	}, {
 		name:        "a replica count unlike etcd's is a risk; the live count wins",
 		legacy:      []func(map[string]any){set([]string{"replicas"}, int64(5))},
@@ -164,19 +139,8 @@ func TestTranslate(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := Translate(legacy(t, tc.legacy...), liveFacts(tc.live...), tc.version)
-			refusals := strings.Join(tr.Refusals, "\n")
-			if (tc.refusal == "") != (refusals == "") || !strings.Contains(refusals, tc.refusal) {
-				t.Errorf("refusals %q, want one containing %q", refusals, tc.refusal)
-			}
-			var dropped []string
-			for _, d := range tr.Dropped {
-				dropped = append(dropped, d.Field)
-			}
-			for _, want := range tc.dropped {
-				if !slices.Contains(dropped, want) {
-					t.Errorf("dropped %v, want %s among them", dropped, want)
-				}
-			}
+			checkRefusal(t, tr, tc.refusal)
+			checkDropped(t, tr, tc.dropped)
 			if tc.riskContain != "" && !strings.Contains(strings.Join(tr.Risks, "\n"), tc.riskContain) {
 				t.Errorf("risks %v, want one containing %q", tr.Risks, tc.riskContain)
 			}
@@ -184,6 +148,60 @@ func TestTranslate(t *testing.T) {
 				tc.check(t, tr)
 			}
 		})
+	}
+}
+
+func checkRefusal(t *testing.T, tr *Translation, want string) {
+	t.Helper()
+	refusals := strings.Join(tr.Refusals, "\n")
+	if (want == "") != (refusals == "") || !strings.Contains(refusals, want) {
+		t.Errorf("refusals %q, want one containing %q", refusals, want)
+	}
+}
+
+func checkDropped(t *testing.T, tr *Translation, want []string) {
+	t.Helper()
+	var dropped []string
+	for _, d := range tr.Dropped {
+		dropped = append(dropped, d.Field)
+	}
+	for _, w := range want {
+		if !slices.Contains(dropped, w) {
+			t.Errorf("dropped %v, want %s among them", dropped, w)
+		}
+	}
+}
+
+func checkPlain(t *testing.T, tr *Translation) {
+	s := tr.Cluster.Spec
+	if s.Version != "3.5.35" || *s.Replicas != 3 || s.Storage.Size.String() != "1Gi" {
+		t.Errorf("spec %+v", s)
+	}
+	o := s.Options
+	if o == nil || *o.QuotaBackendBytes != 1020054732 || *o.SnapshotCount != 20000 || o.AutoCompactionRetention != "5m" {
+		t.Errorf("options %+v (the last --snapshot-count wins, as in etcd)", o)
+	}
+	if tr.Cluster.Annotations[build.AnnotationPeerAutoTLS] != "true" || tr.Cluster.Annotations[MigratedFromAnnotation] != "legacy-uid" {
+		t.Errorf("annotations %v", tr.Cluster.Annotations)
+	}
+}
+
+func checkVersionOverride(t *testing.T, tr *Translation) {
+	if tr.Cluster.Spec.Version != "3.5.35" {
+		t.Errorf("version %s", tr.Cluster.Spec.Version)
+	}
+}
+
+func checkCarried(t *testing.T, tr *Translation) {
+	s := tr.Cluster.Spec
+	if s.AdditionalMetadata == nil || s.AdditionalMetadata.Labels["team"] != "storage" {
+		t.Errorf("additionalMetadata %+v", s.AdditionalMetadata)
+	}
+	if len(s.ImagePullSecrets) != 1 || s.Resources.Requests.Cpu().String() != "250m" {
+		t.Errorf("pull secrets %v, resources %v", s.ImagePullSecrets, s.Resources)
+	}
+	if len(tr.Dropped) != 0 {
+		t.Errorf("dropped %v", tr.Dropped)
 	}
 }
 
@@ -214,23 +232,28 @@ func TestPlanMembers(t *testing.T) {
 		t.Errorf("storage from the live claims: %+v", c.Spec.Storage)
 	}
 	for i, m := range p.Members {
-		if m.Name != lv.Members[i].Name || m.Spec.ServiceName != "db-headless" || build.MemberDataDir(m) != "/var/lib/etcd/default.etcd" {
-			t.Errorf("member %s: service %s, data dir %s", m.Name, m.Spec.ServiceName, build.MemberDataDir(m))
-		}
-		if build.PeerURL(m) != lv.Members[i].PeerURL {
-			t.Errorf("member %s renders peer URL %s, etcd knows %s", m.Name, build.PeerURL(m), lv.Members[i].PeerURL)
-		}
-		if m.Status.MemberID != "000000000000000"+string(rune('1'+i)) || !m.Status.IsVoter || m.Status.PodUID != "uid-"+m.Name || m.Status.PVCName != "data-"+m.Name {
-			t.Errorf("member %s status %+v", m.Name, m.Status)
-		}
-		if m.Spec.InitialCluster == "" || m.Spec.ClusterToken != "db-ns" || m.Spec.Bootstrap {
-			t.Errorf("member %s spec %+v", m.Name, m.Spec)
-		}
-		if !build.UpToDate(m, c.Status.Observed) {
-			t.Errorf("member %s is not up to date with the target: the operator would restart it", m.Name)
-		}
-		if m.Spec.TLS == nil || !m.Spec.TLS.PeerAutoTLS {
-			t.Errorf("member %s TLS %+v", m.Name, m.Spec.TLS)
-		}
+		checkAdoptedMember(t, m, lv.Members[i], c.Status.Observed)
+	}
+}
+
+func checkAdoptedMember(t *testing.T, m *v1alpha2.EtcdMember, lm LiveMember, target *v1alpha2.ObservedClusterSpec) {
+	t.Helper()
+	if m.Name != lm.Name || m.Spec.ServiceName != "db-headless" || build.MemberDataDir(m) != "/var/lib/etcd/default.etcd" {
+		t.Errorf("member %s: service %s, data dir %s", m.Name, m.Spec.ServiceName, build.MemberDataDir(m))
+	}
+	if build.PeerURL(m) != lm.PeerURL {
+		t.Errorf("member %s renders peer URL %s, etcd knows %s", m.Name, build.PeerURL(m), lm.PeerURL)
+	}
+	if m.Status.MemberID != etcd.FormatID(lm.ID) || !m.Status.IsVoter || m.Status.PodUID != "uid-"+m.Name || m.Status.PVCName != "data-"+m.Name {
+		t.Errorf("member %s status %+v", m.Name, m.Status)
+	}
+	if m.Spec.InitialCluster == "" || m.Spec.ClusterToken != "db-ns" || m.Spec.Bootstrap {
+		t.Errorf("member %s spec %+v", m.Name, m.Spec)
+	}
+	if !build.UpToDate(m, target) {
+		t.Errorf("member %s is not up to date with the target: the operator would restart it", m.Name)
+	}
+	if m.Spec.TLS == nil || !m.Spec.TLS.PeerAutoTLS {
+		t.Errorf("member %s TLS %+v", m.Name, m.Spec.TLS)
 	}
 }

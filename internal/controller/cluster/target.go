@@ -59,8 +59,6 @@ func progressDeadlineSeconds(s *v1alpha2.EtcdClusterSpec) int32 {
 	return *s.ProgressDeadlineSeconds
 }
 
-func replicas(s *v1alpha2.EtcdClusterSpec) int32 { return build.Replicas(s) }
-
 // observe copies the parts of the spec that the operator acts on.
 func observe(s *v1alpha2.EtcdClusterSpec) *v1alpha2.ObservedClusterSpec {
 	return build.Observe(s)
