@@ -96,8 +96,8 @@ lint: tools ## golangci-lint with the project's config.
 	"$$(hack/tools.sh | tail -n1)/golangci-lint" run ./...
 
 .PHONY: unit
-unit: ## Unit tests (no API server, no sandbox).
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/)
+unit: tools ## Unit tests (no API server, no sandbox; the agents' run real etcd, etcdutl and MinIO from the toolchain).
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/)
 
 .PHONY: test-api
 test-api: tools ## CRD tests on a real kube-apiserver.
@@ -111,7 +111,7 @@ sandbox-bin: ## Build the sandbox binary into bin/sandbox.
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 
 .PHONY: sandbox
-sandbox: tools sandbox-deps sandbox-bin image ## Run the operator on a local 3-node sandbox with a 3-member etcd cluster, and print what to try.
+sandbox: tools sandbox-deps sandbox-bin image ## Run the operator on a local 3-node sandbox with a 3-member etcd cluster and MinIO, and print what to try.
 	$(TOOLS_ENV) bin/sandbox up
 	$(TOOLS_ENV) hack/sandbox-install.sh .sandbox $(IMAGE_TAR)
 	@echo
@@ -122,6 +122,8 @@ sandbox: tools sandbox-deps sandbox-bin image ## Run the operator on a local 3-n
 	@echo "  kubectl scale etcdcluster/example --replicas=5                 # grow, one learner at a time"
 	@echo "  kubectl get events --sort-by=.lastTimestamp                    # every membership change"
 	@echo "  kubectl scale etcdcluster/example --replicas=0                 # pause; scale up to resume"
+	@echo "  kubectl apply -f examples/snapshot-s3.yaml                     # snapshot into the sandbox's MinIO"
+	@echo "  kubectl apply -f examples/restore-s3.yaml                      # a new cluster from that snapshot"
 	@echo "  bin/sandbox fault stop-node node-1                             # or kill, partition, wipe: docs/sandbox.md"
 	@echo "  make sandbox-down                                              # remove everything"
 

@@ -13,6 +13,7 @@
 #   pause/<source hash>/pause                   the sandbox's Pod sandbox process
 #   golangci-lint/v<ver>/golangci-lint
 #   helm/v<ver>/helm
+#   minio/<ver>/minio                           the S3 server of snapshot tests
 #   bin/                                        symlinks to the default versions
 #
 # The sandbox's nodes also need runc and the CNI plugins, which come from
@@ -40,6 +41,7 @@ pause_src=$here/../internal/sandbox/pause/main.go
 pause_dir=$root/pause/$(sha256sum "$pause_src" | cut -c1-12)
 lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
 helm_dir=$root/helm/v$HELM_VERSION
+minio_dir=$root/minio/$MINIO_VERSION
 
 if [[ ${1:-} == --dir ]]; then
 	echo "$bin"
@@ -51,13 +53,13 @@ fi
 complete() {
 	local f
 	for f in "${kube_cmds[@]/#/$kube_dir/}" "${containerd_cmds[@]/#/$containerd_dir/}" "$coredns_dir/coredns" \
-		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm"; do
+		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm" "$minio_dir/minio"; do
 		[[ -x $f ]] || return 1
 	done
 	for v in "${etcd_versions[@]}"; do
 		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
 	done
-	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm; do
+	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio; do
 		[[ -x $bin/$f ]] || return 1
 	done
 	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
@@ -67,6 +69,7 @@ complete() {
 	[[ $(readlink "$bin/pause") == "$pause_dir/pause" ]] || return 1
 	[[ $(readlink "$bin/golangci-lint") == "$lint_dir/golangci-lint" ]] || return 1
 	[[ $(readlink "$bin/helm") == "$helm_dir/helm" ]] || return 1
+	[[ $(readlink "$bin/minio") == "$minio_dir/minio" ]] || return 1
 }
 
 if complete; then
@@ -227,6 +230,19 @@ build_helm() {
 	install_dir "$w/out" "$helm_dir"
 }
 
+# build_minio builds the MinIO server, a real S3 implementation for the
+# snapshot tests and the sandbox. It runs as a separate program only; no
+# MinIO code is part of the operator.
+build_minio() {
+	local v=$MINIO_VERSION mod=github.com/minio/minio@$MINIO_VERSION
+	[[ -x $minio_dir/minio ]] && return
+	echo "tools: building minio $v (a few minutes on a cold cache)" >&2
+	local w=$work/minio
+	mkdir -p "$w/out"
+	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath -ldflags "-s -w" "$mod") || fail "$mod"
+	install_dir "$w/out" "$minio_dir"
+}
+
 # link points bin/<name> at target, replacing any older link atomically.
 link() {
 	ln -sfn "$2" "$bin/.$1.tmp"
@@ -240,6 +256,7 @@ build_coredns
 build_pause
 build_golangci_lint
 build_helm
+build_minio
 
 mkdir -p "$bin"
 for c in "${kube_cmds[@]}"; do link "$c" "$kube_dir/$c"; done
@@ -249,5 +266,6 @@ link pause "$pause_dir/pause"
 for c in etcd etcdctl etcdutl; do link "$c" "$root/etcd/v$default_etcd/$c"; done
 link golangci-lint "$lint_dir/golangci-lint"
 link helm "$helm_dir/helm"
+link minio "$minio_dir/minio"
 
 echo "$bin"

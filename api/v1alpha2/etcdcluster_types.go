@@ -255,11 +255,41 @@ type EtcdClusterStatus struct {
 	// Patch it into the past to escalate at once.
 	// +optional
 	ProgressDeadline *metav1.Time `json:"progressDeadline,omitempty"`
+	// LastRollOut records the latest roll-out: members restarted one at a
+	// time for a new target or changed certificate material.
+	// +optional
+	LastRollOut *RollOutStatus `json:"lastRollOut,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Causes of a roll-out.
+const (
+	// RollOutCauseSpec: the version or a setting Pods are built from changed.
+	RollOutCauseSpec = "Spec"
+	// RollOutCauseSecrets: certificate material the members mount changed.
+	RollOutCauseSecrets = "Secrets"
+)
+
+// RollOutStatus is a record of a roll-out.
+type RollOutStatus struct {
+	// Cause is what started it: Spec or Secrets.
+	Cause string `json:"cause"`
+	// Message says what changed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartTime is when the first member was restarted.
+	StartTime metav1.Time `json:"startTime"`
+	// CompletionTime is when every member was up to date again.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Restarted lists the members restarted, in order.
+	// +listType=atomic
+	// +optional
+	Restarted []string `json:"restarted,omitempty"`
 }
 
 // EtcdCluster is an etcd cluster run by the operator.

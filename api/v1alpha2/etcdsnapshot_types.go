@@ -35,6 +35,24 @@ type SnapshotArtifact struct {
 	// Checksum is sha256:<hex> of the snapshot file.
 	// +optional
 	Checksum string `json:"checksum,omitempty"`
+	// EtcdVersion is the version of the etcd member the snapshot was taken
+	// from. A snapshot restores into that minor or a newer one.
+	// +optional
+	EtcdVersion string `json:"etcdVersion,omitempty"`
+}
+
+// RetentionResult is what retention deleted after a scheduled snapshot.
+type RetentionResult struct {
+	// Pruned are the URIs of the stored snapshots deleted (the newest ones
+	// when there were too many to list).
+	// +optional
+	Pruned []string `json:"pruned,omitempty"`
+	// PrunedCount is how many stored snapshots were deleted.
+	// +optional
+	PrunedCount int32 `json:"prunedCount,omitempty"`
+	// Error says what could not be deleted, and why.
+	// +optional
+	Error string `json:"error,omitempty"`
 }
 
 // EtcdSnapshotStatus is the progress of a snapshot.
@@ -45,6 +63,16 @@ type EtcdSnapshotStatus struct {
 	// Artifact is set when the snapshot is Complete.
 	// +optional
 	Artifact *SnapshotArtifact `json:"artifact,omitempty"`
+	// StartTime is when the snapshot Job was created.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the snapshot reached Complete or Failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Retention is what the schedule's retention did after this snapshot
+	// was stored (scheduled snapshots only).
+	// +optional
+	Retention *RetentionResult `json:"retention,omitempty"`
 	// Conditions: Ready.
 	// +listType=map
 	// +listMapKey=type

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -50,6 +51,9 @@ type options struct {
 }
 
 func main() {
+	if code, ok := runAgent(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	if len(os.Args) > 1 {
 		if sub, ok := subcommands[os.Args[1]]; ok {
 			if err := sub(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
@@ -162,6 +166,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)
 	}
+	if err := setupSnapshots(mgr, opts, reader); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
@@ -178,6 +185,7 @@ func cacheOptions(watch string) cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: managed},
 		&corev1.Service{}:               {Label: managed},
 		&policyv1.PodDisruptionBudget{}: {Label: managed},
+		&batchv1.Job{}:                  {Label: managed},
 		// Kubernetes copies a Service's labels onto its EndpointSlices, so the
 		// headless Services' slices carry the operator's label too.
 		&discoveryv1.EndpointSlice{}: {Label: managed},

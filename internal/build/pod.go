@@ -31,9 +31,13 @@ type PodOptions struct {
 	// InitialClusterState is "new" only for the seed of a cluster that never
 	// formed; see AnnotationInitialClusterState.
 	InitialClusterState string
-	// OperatorImage is this operator's image, which holds the join gate;
-	// empty means a member's Pod starts only after it joined.
+	// OperatorImage is this operator's image: it holds the join gate of a
+	// joining member (empty: a member's Pod starts only after it joined),
+	// and runs the restore agent of a restored cluster's seed.
 	OperatorImage string
+	// SecretHashes is the AnnotationSecretHashes value of the certificate
+	// material the Pod starts with; empty for a member without Secrets.
+	SecretHashes string
 }
 
 // MemberOwner is the controller reference every object of a member carries.
@@ -71,10 +75,13 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 				FSGroup:        ptr.To[int64](etcdUID),
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 			},
-			InitContainers: joinGate(m, opts),
+			InitContainers: append(joinGate(m, opts), restoreInitContainers(m, opts)...),
 			Containers:     []corev1.Container{etcdContainer(m, opts)},
-			Volumes:        volumes(m),
+			Volumes:        append(volumes(m), restoreVolumes(m, opts)...),
 		},
+	}
+	if opts.SecretHashes != "" {
+		pod.Annotations[AnnotationSecretHashes] = opts.SecretHashes
 	}
 	return pod
 }

@@ -48,6 +48,15 @@ const (
 	// ReasonClusterIDMismatch: etcd answers with another cluster ID than
 	// the one latched; no membership change is made.
 	ReasonClusterIDMismatch = "ClusterIDMismatch"
+	// ReasonAuthEnabled: etcd authentication was turned on, or the root
+	// password applied (Events).
+	ReasonAuthEnabled = "AuthEnabled"
+	// ReasonEnablingAuth: the cluster converged and authentication is being
+	// turned on.
+	ReasonEnablingAuth = "EnablingAuth"
+	// ReasonAuthRequiredNotConfigured (etcd checks credentials but the spec
+	// gives none) and ReasonAuthCredentialsRejected (etcd refuses the root
+	// password) are shared with snapshots (snapshot.go).
 	// ReasonNotImplemented: the spec asks for something this operator
 	// version does not do yet.
 	ReasonNotImplemented = "NotImplemented"
@@ -93,6 +102,10 @@ const (
 	ReasonResizing              = "Resizing"
 	ReasonResized               = "Resized"
 	ReasonExpansionNotSupported = "ExpansionNotSupported"
+	// ReasonSecretMissing: a Secret the member mounts, or a key in it, does
+	// not exist; the message names both. Also the cluster's reason while a
+	// member waits for one.
+	ReasonSecretMissing = "SecretMissing"
 )
 
 // Set records a condition with the object's generation; the transition time

@@ -196,7 +196,12 @@ func (c *client) AuthEnabled(ctx context.Context) (bool, error) {
 // Every step tolerates having been done before, so a crash in between is
 // finished by the next call.
 func (c *client) EnableRootAuth(ctx context.Context, password string) error {
-	if _, err := c.c.UserAdd(ctx, "root", password); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+	if _, err := c.c.UserAdd(ctx, "root", password); errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+		// Made by an earlier attempt, perhaps with another password.
+		if _, err := c.c.UserChangePassword(ctx, "root", password); err != nil {
+			return classify(fmt.Errorf("setting root's password: %w", err))
+		}
+	} else if err != nil {
 		return classify(fmt.Errorf("adding user root: %w", err))
 	}
 	if _, err := c.c.UserGrantRole(ctx, "root", "root"); err != nil {
@@ -204,6 +209,13 @@ func (c *client) EnableRootAuth(ctx context.Context, password string) error {
 	}
 	if _, err := c.c.AuthEnable(ctx); err != nil {
 		return classify(fmt.Errorf("enabling auth: %w", err))
+	}
+	return nil
+}
+
+func (c *client) ChangeRootPassword(ctx context.Context, password string) error {
+	if _, err := c.c.UserChangePassword(ctx, "root", password); err != nil {
+		return classify(fmt.Errorf("changing root's password: %w", err))
 	}
 	return nil
 }

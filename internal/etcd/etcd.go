@@ -78,8 +78,14 @@ type Client interface {
 	// dialled to the leader's endpoint alone, or it gets ErrNotLeader.
 	MoveLeader(ctx context.Context, transferee uint64) error
 
+	// AuthEnabled reports whether etcd checks credentials (an anonymous
+	// client refused counts as yes).
 	AuthEnabled(ctx context.Context) (bool, error)
+	// EnableRootAuth creates (or resets the password of) the user root
+	// with the root role, then turns authentication on.
 	EnableRootAuth(ctx context.Context, password string) error
+	// ChangeRootPassword sets root's password; the client must be root.
+	ChangeRootPassword(ctx context.Context, password string) error
 
 	Close() error
 }
@@ -143,6 +149,10 @@ func ParseID(s string) (uint64, error) {
 	}
 	return id, nil
 }
+
+// Classify maps an etcd client error onto this package's errors (for
+// callers outside it that use clientv3 directly).
+func Classify(err error) error { return classify(err) }
 
 // classify maps an error message from etcd to one of the sentinel errors, so
 // controllers never match strings themselves.

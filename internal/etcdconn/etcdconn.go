@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -35,7 +36,41 @@ func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster,
 	}
 	cfg.TLS = t
 	cfg.Resolve = podAddresses(ctx, pods, c)
+	if c.Status.AuthEnabled && build.AuthWanted(c) {
+		pw, err := AppliedPassword(ctx, r, c)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Username, cfg.Password = build.RootUser, pw
+	}
 	return cfg, nil
+}
+
+// WantedPassword is the root password the user's Secret holds.
+func WantedPassword(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster) (string, error) {
+	name := c.Spec.Auth.RootCredentialsSecretRef.Name
+	s := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil {
+		return "", fmt.Errorf("reading the root credentials Secret %s: %w", name, err)
+	}
+	if len(s.Data[build.KeyPassword]) == 0 {
+		return "", fmt.Errorf("the root credentials Secret %s has no %s key", name, build.KeyPassword)
+	}
+	return string(s.Data[build.KeyPassword]), nil
+}
+
+// AppliedPassword is the root password etcd has, as the operator recorded
+// it (see build.AppliedPasswordSecretName); the user's before any record.
+func AppliedPassword(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster) (string, error) {
+	s := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: build.AppliedPasswordSecretName(c.Name)}, s)
+	switch {
+	case err == nil && len(s.Data[build.KeyPassword]) > 0:
+		return string(s.Data[build.KeyPassword]), nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("reading the applied root password: %w", err)
+	}
+	return WantedPassword(ctx, r, c)
 }
 
 // podAddresses maps the DNS names of the cluster's member Pods to their IPs,

@@ -169,6 +169,10 @@ func (c *etcdClient) EnableRootAuth(ctx context.Context, password string) error 
 	return c.l.call(true, func() error { return c.Client.EnableRootAuth(ctx, password) })
 }
 
+func (c *etcdClient) ChangeRootPassword(ctx context.Context, password string) error {
+	return c.l.call(true, func() error { return c.Client.ChangeRootPassword(ctx, password) })
+}
+
 func (c *etcdClient) MemberList(ctx context.Context) (*etcd.MemberList, error) {
 	var out *etcd.MemberList
 	err := c.l.call(false, func() error {

@@ -298,6 +298,10 @@ func (c *fakeClient) EnableRootAuth(context.Context, string) error {
 	return errors.New("not used by the plugin")
 }
 
+func (c *fakeClient) ChangeRootPassword(context.Context, string) error {
+	return errors.New("not used by the plugin")
+}
+
 func (c *fakeClient) ClusterVersion(context.Context, string) (string, error) {
 	return "", errors.New("not used by the plugin")
 }

@@ -258,7 +258,7 @@ func (t *Translation) security(l *Legacy) {
 		return
 	}
 	if s.EnableAuth {
-		t.Refusals = append(t.Refusals, "spec.security.enableAuth: this operator version does not run etcd auth yet; adopting would leave auth on with no way to manage it")
+		t.Refusals = append(t.Refusals, "spec.security.enableAuth: etcd-migrate does not adopt clusters with auth yet (their root user has no password, and the operator logs in with one)")
 	}
 	if s.TLS != (legacyTLS{}) {
 		t.Refusals = append(t.Refusals, "spec.security.tls: this version of etcd-migrate adopts plaintext clusters (with peer auto-TLS) only")

@@ -28,6 +28,7 @@ const (
 	member   = "EtcdMember"
 	snapshot = "EtcdSnapshot"
 	defrag   = "EtcdDefrag"
+	schedule = "EtcdSnapshotSchedule"
 )
 
 // Specs shared by several cases.
@@ -41,6 +42,7 @@ const (
 	memberMin = "clusterName: c\nversion: 3.6.16\nstorage: {size: 1Gi}\ninitialCluster: ''\nclusterToken: t"
 	snapS3    = "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, credentialsSecretRef: {name: c}}}"
 	snapPVC   = "clusterRef: {name: c}\ndestination: {pvc: {claimName: backups}}"
+	schedMin  = "schedule: '0 * * * *'\nsnapshotTemplate: {spec: {clusterRef: {name: c}, destination: {pvc: {claimName: backups}}}}"
 )
 
 // The numbers in case names refer to the list of CEL rules on EtcdCluster in
@@ -150,6 +152,29 @@ var celCases = []celCase{
 	{name: "snapshot s3 empty endpoint", kind: snapshot, spec: strings.Replace(snapS3, "endpoint: 'https://s3'", "endpoint: ''", 1), reject: "spec.destination.s3.endpoint in body should be at least 1 chars long"},
 	{name: "snapshot pvc empty claim", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {pvc: {claimName: ''}}", reject: "spec.destination.pvc.claimName in body should be at least 1 chars long"},
 	{name: "snapshot needs a destination", kind: snapshot, spec: "clusterRef: {name: c}", reject: "spec.destination: Required value"},
+
+	// EtcdSnapshotSchedule: a cron schedule, a time zone apart, retention.
+	{name: "schedule minimal", kind: schedule, spec: schedMin},
+	{name: "schedule macro", kind: schedule, spec: strings.Replace(schedMin, "'0 * * * *'", "'@daily'", 1)},
+	{name: "schedule ranges and steps", kind: schedule, spec: strings.Replace(schedMin, "'0 * * * *'", "'*/15 2-4 * * 1-5'", 1)},
+	{name: "schedule four fields", kind: schedule, spec: strings.Replace(schedMin, "'0 * * * *'", "'0 * * *'", 1), reject: "spec.schedule in body should match"},
+	{name: "schedule words", kind: schedule, spec: strings.Replace(schedMin, "'0 * * * *'", "'every hour'", 1), reject: "spec.schedule in body should match"},
+	{name: "schedule @every", kind: schedule, spec: strings.Replace(schedMin, "'0 * * * *'", "'@every 5m'", 1), reject: "spec.schedule in body should match"},
+	{name: "schedule empty", kind: schedule, spec: strings.Replace(schedMin, "'0 * * * *'", "''", 1), reject: "spec.schedule in body should be at least 1 chars long"},
+	{name: "schedule time zone inside", kind: schedule, spec: strings.Replace(schedMin, "'0 * * * *'", "'TZ=UTC 0 * * *'", 1), reject: "schedule cannot carry TZ= or CRON_TZ=: set spec.timeZone instead"},
+	{name: "schedule time zone", kind: schedule, spec: schedMin + "\ntimeZone: Europe/Berlin"},
+	{name: "schedule time zone with offset", kind: schedule, spec: schedMin + "\ntimeZone: Etc/GMT+3"},
+	{name: "schedule time zone not a name", kind: schedule, spec: schedMin + "\ntimeZone: ../../etc/passwd", reject: "spec.timeZone in body should match"},
+	{name: "schedule time zone empty", kind: schedule, spec: schedMin + "\ntimeZone: ''", reject: "spec.timeZone in body should be at least 1 chars long"},
+	{name: "schedule retention by count and age", kind: schedule, spec: schedMin + "\nretention: {keepLast: 7, maxAge: 168h}"},
+	{name: "schedule retention empty", kind: schedule, spec: schedMin + "\nretention: {}", reject: "retention: set keepLast, maxAge or both"},
+	{name: "schedule retention keep none", kind: schedule, spec: schedMin + "\nretention: {keepLast: 0}", reject: "spec.retention.keepLast in body should be greater than or equal to 1"},
+	{name: "schedule retention in days", kind: schedule, spec: schedMin + "\nretention: {maxAge: 7d}", reject: "spec.retention.maxAge in body should match"},
+	{name: "schedule history negative", kind: schedule, spec: schedMin + "\nsuccessfulSnapshotsHistoryLimit: -1", reject: "spec.successfulSnapshotsHistoryLimit in body should be greater than or equal to 0"},
+	{name: "schedule failed history negative", kind: schedule, spec: schedMin + "\nfailedSnapshotsHistoryLimit: -1", reject: "spec.failedSnapshotsHistoryLimit in body should be greater than or equal to 0"},
+	{name: "schedule deadline negative", kind: schedule, spec: schedMin + "\nstartingDeadlineSeconds: -1", reject: "spec.startingDeadlineSeconds in body should be greater than or equal to 0"},
+	{name: "schedule template to s3 and pvc", kind: schedule, spec: "schedule: '@hourly'\nsnapshotTemplate: {spec: {clusterRef: {name: c}, destination: {pvc: {claimName: p}, s3: {endpoint: e, bucket: b, credentialsSecretRef: {name: c}}}}}", reject: "set exactly one of s3 or pvc"},
+	{name: "schedule needs a template", kind: schedule, spec: "schedule: '@hourly'", reject: "spec.snapshotTemplate: Required value"},
 
 	// EtcdDefrag: the rule set.
 	{name: "defrag default gate", kind: defrag, spec: "clusterRef: {name: c}"},

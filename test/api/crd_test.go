@@ -19,10 +19,11 @@ import (
 
 func TestPrinterColumns(t *testing.T) {
 	want := map[string][]string{
-		"etcdclusters":  {"Version", "Replicas", "Ready", "Age"},
-		"etcdmembers":   {"Cluster", "Version", "Running", "Ready", "Age"},
-		"etcdsnapshots": {"Cluster", "Phase", "Age"},
-		"etcddefrags":   {"Cluster", "Phase", "Defragmented", "Age"},
+		"etcdclusters":          {"Version", "Replicas", "Ready", "Age"},
+		"etcdmembers":           {"Cluster", "Version", "Running", "Ready", "Age"},
+		"etcdsnapshots":         {"Cluster", "Phase", "Age"},
+		"etcddefrags":           {"Cluster", "Phase", "Defragmented", "Age"},
+		"etcdsnapshotschedules": {"Cluster", "Schedule", "Suspend", "Last Schedule", "Last Success", "Next Run", "Age"},
 	}
 	for plural, columns := range want {
 		var crd apiextensionsv1.CustomResourceDefinition
@@ -60,7 +61,7 @@ func TestExamplesAreAccepted(t *testing.T) {
 			kinds[obj.GetKind()]++
 		}
 	}
-	for _, kind := range []string{cluster, snapshot, defrag} {
+	for _, kind := range []string{cluster, snapshot, defrag, schedule} {
 		if kinds[kind] == 0 {
 			t.Errorf("no example of %s", kind)
 		}

@@ -107,3 +107,23 @@ func TestStatusIsASubresource(t *testing.T) {
 		}
 	}
 }
+
+func TestScheduleDefaults(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	obj := object(t, schedule, ns, schedMin)
+	if err := k.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha2.EtcdSnapshotSchedule
+	if err := k.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.SuccessfulSnapshotsHistoryLimit == nil || *got.Spec.SuccessfulSnapshotsHistoryLimit != 3 ||
+		got.Spec.FailedSnapshotsHistoryLimit == nil || *got.Spec.FailedSnapshotsHistoryLimit != 1 {
+		t.Errorf("history limits = %v/%v, want 3/1", got.Spec.SuccessfulSnapshotsHistoryLimit, got.Spec.FailedSnapshotsHistoryLimit)
+	}
+	if got.Spec.Suspend || got.Spec.TimeZone != nil || got.Spec.Retention != nil {
+		t.Errorf("spec = %+v: nothing else is defaulted", got.Spec)
+	}
+}

@@ -114,6 +114,9 @@ func TestBench(t *testing.T) {
 	for _, r := range steadyState(t, ns, 30) {
 		add(r)
 	}
+	for _, r := range snapshotBench(t) {
+		add(r)
+	}
 	report(t, rows)
 }
 

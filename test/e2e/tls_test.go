@@ -61,16 +61,11 @@ func TestOwnTLSSecrets(t *testing.T) {
 	w.mark("scaled down")
 	w.verify("scaled down")
 
-	anonymous := &tls.Config{RootCAs: pool, ServerName: name + "-client." + ns + ".svc", MinVersion: tls.VersionTLS12}
-	conn, err := tls.Dial("tcp", net.JoinHostPort(pods(t, ns, name)[members(t, ns, name)[0].Name].Status.PodIP, "2379"), anonymous)
-	if err == nil {
-		// TLS 1.3 reports a missing client certificate on the first read.
-		_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-		_, err = conn.Read(make([]byte, 1))
-		_ = conn.Close()
-	}
-	if err == nil {
+	if err := readWith(ns, name, nil); err == nil {
 		t.Error("a client without a certificate was served")
+	}
+	if err := readWith(ns, name, &clientCert); err != nil {
+		t.Errorf("a client with a certificate was refused: %v", err)
 	}
 }
 
@@ -84,12 +79,17 @@ type testCA struct {
 
 func newCA(t *testing.T) *testCA {
 	t.Helper()
+	return newNamedCA(t, "e2e etcd CA")
+}
+
+func newNamedCA(t *testing.T, cn string) *testCA {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e etcd CA"},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
@@ -138,7 +138,10 @@ func createTLSSecret(t *testing.T, ns, name string, kp keyPair, caPEM []byte) {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Type:       corev1.SecretTypeTLS,
-		Data:       map[string][]byte{"tls.crt": kp.certPEM, "tls.key": kp.keyPEM, "ca.crt": caPEM},
+		Data:       map[string][]byte{"tls.crt": kp.certPEM, "tls.key": kp.keyPEM},
+	}
+	if caPEM != nil {
+		s.Data["ca.crt"] = caPEM
 	}
 	if err := k.Create(context.Background(), s); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,6 +264,10 @@ var clientTLS sync.Map
 // its cluster label until they are adopted).
 var podSelectors sync.Map
 
+// clientPassword holds the root password (an *atomic.Pointer[string]) of
+// clusters with authentication, by namespace/name.
+var clientPassword sync.Map
+
 // clusterPods lists the cluster's Pods without a test handle, for the
 // writer's goroutine.
 func clusterPods(ns, cluster string) (map[string]corev1.Pod, error) {
@@ -332,6 +337,9 @@ func dialCluster(ns, cluster string, eps []string) (*clientv3.Client, error) {
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(etcd.ResolvingDialer(podAddress(ns, cluster)))}}
 	if v, ok := clientTLS.Load(ns + "/" + cluster); ok {
 		cfg.TLS = v.(*tls.Config)
+	}
+	if v, ok := clientPassword.Load(ns + "/" + cluster); ok {
+		cfg.Username, cfg.Password = "root", *v.(*atomic.Pointer[string]).Load()
 	}
 	return clientv3.New(cfg)
 }

@@ -92,7 +92,7 @@ func (r *Reconciler) completeSeed(ctx context.Context, w *world, seed *v1alpha2.
 // seed formed by itself is ours.
 func (r *Reconciler) discover(ctx context.Context, w *world, seed *v1alpha2.EtcdMember) (*ctrl.Result, error) {
 	if !ready(seed) {
-		w.working(conditions.ReasonWaitingForSeed, fmt.Sprintf("Waiting for seed member %s to become ready", seed.Name))
+		w.working(seedProgress(seed))
 		return done(), nil
 	}
 	list, err := r.memberList(ctx, w, []*v1alpha2.EtcdMember{seed})

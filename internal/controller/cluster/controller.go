@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +30,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
+	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
 
 // Reconciler reconciles EtcdCluster objects.
@@ -54,7 +56,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -78,6 +80,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// secretPoll is how often a cluster whose members mount Secrets looks at
+// them again: Secrets are not watched (that would cache every Secret).
+const secretPoll = 30 * time.Second
+
 // step is one stage of a reconcile. A non-nil result stops the pass with it.
 type step func(ctx context.Context, w *world) (*ctrl.Result, error)
 
@@ -97,6 +103,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	w, err := r.snapshot(ctx, cluster)
+	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {
+		return ctrl.Result{}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -106,7 +115,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	res, stepErr := r.runSteps(ctx, w)
-	if namespaceTerminating(stepErr) {
+	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, stepErr) {
 		// Everything in the namespace is going; creating more only fails.
 		return ctrl.Result{}, nil
 	}
@@ -114,6 +123,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		stepErr = err
 	}
 	if err := r.writeStatus(ctx, w); err != nil {
+		if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcdMembers)
@@ -122,8 +134,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, stepErr
 	}
 	// Come back when the progress deadline, or a joining member's own
-	// deadline, expires, if nothing else does first.
-	for _, d := range []*time.Duration{wanted(w), joinDeadline(w)} {
+	// deadline, expires, if nothing else does first; and, for members that
+	// mount Secrets, soon enough to notice rotated certificates.
+	var poll *time.Duration
+	if len(w.secrets) > 0 {
+		poll = ptr.To(secretPoll - time.Second)
+	}
+	for _, d := range []*time.Duration{wanted(w), joinDeadline(w), poll} {
 		if d != nil && (res.RequeueAfter == 0 || *d+time.Second < res.RequeueAfter) {
 			res.RequeueAfter = *d + time.Second
 		}
@@ -136,13 +153,14 @@ func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error
 		r.ensureServices,
 		r.initialize,
 		r.latchTarget,
-		r.holdUnimplemented,
 		r.bootstrap,
+		r.authLatch,
 		r.readEtcd,
 		r.recordJoined,
 		r.changeMembership,
 		r.scale,
 		r.rollOut,
+		r.enableAuth,
 	}
 	for _, s := range steps {
 		res, err := s(ctx, w)
@@ -173,7 +191,48 @@ func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*wo
 			w.pods[m.Name] = pod
 		}
 	}
+	if err := r.readSecrets(ctx, w); err != nil {
+		return nil, err
+	}
 	return w, nil
+}
+
+// readSecrets reads the Secrets the running members mount, from the API
+// server: the operator does not cache Secrets. A missing Secret or key is
+// recorded, not an error: the members report it, and a roll-out holds.
+func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
+	for _, m := range w.running() {
+		for _, u := range build.MountedSecrets(m) {
+			sec, ok := w.secrets[u.Name]
+			if !ok {
+				sec = &corev1.Secret{}
+				err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: u.Name}, sec)
+				switch {
+				case apierrors.IsNotFound(err):
+					sec = nil
+				case err != nil:
+					return fmt.Errorf("reading Secret %s: %w", u.Name, err)
+				}
+				if w.secrets == nil {
+					w.secrets = map[string]*corev1.Secret{}
+				}
+				w.secrets[u.Name] = sec
+			}
+			switch {
+			case w.secretProblem != "":
+			case sec == nil:
+				w.secretProblem = fmt.Sprintf("Secret %s (the %s) does not exist", u.Name, u.Purpose)
+			case u.MissingKey(sec) != "":
+				w.secretProblem = fmt.Sprintf("Secret %s (the %s) has no key %s", u.Name, u.Purpose, u.MissingKey(sec))
+			}
+		}
+	}
+	for name, sec := range w.secrets {
+		if sec == nil {
+			delete(w.secrets, name)
+		}
+	}
+	return nil
 }
 
 // clusterOfSlice maps an EndpointSlice of a cluster's headless Service (its
@@ -188,12 +247,6 @@ func clusterOfSlice(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
-}
-
-// namespaceTerminating reports whether an error says the namespace is being
-// deleted.
-func namespaceTerminating(err error) bool {
-	return err != nil && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
 }
 
 // stop ends the pass, optionally coming back after a real timer.

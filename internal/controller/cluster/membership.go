@@ -114,6 +114,20 @@ func (r *Reconciler) retryable(ctx context.Context, w *world, what string, err e
 // unreachable records that etcd could not be asked.
 func (r *Reconciler) unreachable(w *world, err error) {
 	w.unreachable = err
+	c := w.cluster
+	switch {
+	case errors.Is(err, etcd.ErrAuthRequired) && !build.AuthWanted(c):
+		w.authProblem = &progress{conditions.ReasonAuthRequiredNotConfigured,
+			"etcd requires authentication, but spec.auth does not enable it: this cluster's etcd was given users by hand; " +
+				"the operator cannot manage it without the root password"}
+	case errors.Is(err, etcd.ErrAuthRequired) || errors.Is(err, etcd.ErrAuthFailed):
+		w.authProblem = &progress{conditions.ReasonAuthCredentialsRejected,
+			fmt.Sprintf("etcd refuses the root password the operator has (Secret %s, else Secret %s): %v",
+				build.AppliedPasswordSecretName(c.Name), c.Spec.Auth.RootCredentialsSecretRef.Name, err)}
+	default:
+		return
+	}
+	r.warnOnce(w, w.authProblem.reason, "ReadMembership", w.authProblem.message)
 }
 
 // memberList asks the given members (or the healthy voters) for etcd's

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +49,10 @@ func (r *Reconciler) rollOut(ctx context.Context, w *world) (*ctrl.Result, error
 		if res := r.waitSettled(w); res != nil {
 			return res, nil
 		}
+		if lr := w.cluster.Status.LastRollOut; lr != nil && lr.CompletionTime == nil {
+			lr.CompletionTime = &metav1.Time{Time: w.now}
+			r.event(w.cluster, false, conditions.ReasonRollingOut, "RollOut", "Roll-out complete: %d members restarted (%s)", len(lr.Restarted), lr.Message)
+		}
 		return r.checkClusterVersion(ctx, w)
 	}
 	if res, err, halt := r.versionGate(ctx, w); halt {
@@ -55,6 +60,11 @@ func (r *Reconciler) rollOut(ctx context.Context, w *world) (*ctrl.Result, error
 	}
 	if res := r.waitSettled(w); res != nil {
 		return res, nil
+	}
+	if w.secretProblem != "" {
+		// A restarted member could not start again.
+		w.working(conditions.ReasonSecretMissing, "The roll-out waits: "+w.secretProblem)
+		return done(), nil
 	}
 	m := r.nextToRoll(ctx, w, outdated)
 	w.working(conditions.ReasonRollingOut, fmt.Sprintf("%d of %d members up to date; rolling %s", w.desired()-len(outdated), w.desired(), m.Name))
@@ -192,25 +202,57 @@ func (r *Reconciler) restartMember(ctx context.Context, w *world, m *v1alpha2.Et
 		}
 	}
 	if !podOutdated(w, m) {
-		// Its Pod runs its spec: move the spec one step on.
+		// Its Pod runs its spec: move the spec one step on (with changed
+		// Secrets too, so that one restart brings both).
 		if err := r.nextTemplate(ctx, w, m); err != nil {
 			return nil, err
 		}
 	}
 	pod := w.pods[m.Name]
-	if pod == nil || pod.DeletionTimestamp != nil || !podOutdated(w, m) {
+	changed := w.changedSecrets(m)
+	if pod == nil || pod.DeletionTimestamp != nil || (!podOutdated(w, m) && len(changed) == 0) {
 		// Only the storage size changed (grown in place), or the Pod is
 		// already going.
 		return done(), nil
 	}
+	cause, why := v1alpha2.RollOutCauseSpec, fmt.Sprintf("on the new target (etcd %s)", m.Spec.Version)
+	if !podOutdated(w, m) {
+		cause, why = v1alpha2.RollOutCauseSecrets, fmt.Sprintf("to load changed certificate material (Secret %s)", strings.Join(changed, ", "))
+	}
 	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 		return nil, fmt.Errorf("restarting member %s: %w", m.Name, err)
 	}
-	r.event(w.cluster, false, conditions.ReasonRollingOut, "Restart", "Restarting member %s on the new target (etcd %s)", m.Name, m.Spec.Version)
-	r.event(m, false, conditions.ReasonRollingOut, "Restart", "Restarting on the new target (etcd %s)", m.Spec.Version)
-	logf(ctx, w)("Restarting member for the roll-out", "member", m.Name, "version", m.Spec.Version)
+	recordRestart(w, m, cause, why)
+	r.event(w.cluster, false, conditions.ReasonRollingOut, "Restart", "Restarting member %s %s", m.Name, why)
+	r.event(m, false, conditions.ReasonRollingOut, "Restart", "Restarting %s", why)
+	logf(ctx, w)("Restarting member for the roll-out", "member", m.Name, "version", m.Spec.Version, "cause", cause)
 	// The Pod's deletion and the new Pod's readiness bring the next pass.
 	return done(), nil
+}
+
+// recordRestart notes a restart in status.lastRollOut, starting a new
+// record when the last one completed.
+func recordRestart(w *world, m *v1alpha2.EtcdMember, cause, why string) {
+	lr := w.cluster.Status.LastRollOut
+	if lr == nil || lr.CompletionTime != nil {
+		lr = &v1alpha2.RollOutStatus{StartTime: metav1.Time{Time: w.now}}
+		w.cluster.Status.LastRollOut = lr
+	}
+	if lr.Cause != cause {
+		// A roll for both records the spec; the Secrets ride along.
+		if lr.Cause == "" || cause == v1alpha2.RollOutCauseSpec {
+			lr.Cause = cause
+		}
+	}
+	if !strings.Contains(lr.Message, why) {
+		if lr.Message != "" {
+			lr.Message += "; "
+		}
+		lr.Message += "restarted " + why
+	}
+	if !slices.Contains(lr.Restarted, m.Name) {
+		lr.Restarted = append(lr.Restarted, m.Name)
+	}
 }
 
 // nextTemplate moves a member's spec one step towards the target: to the
@@ -260,6 +302,14 @@ func (r *Reconciler) versionGate(ctx context.Context, w *world) (*ctrl.Result, e
 		return done(), nil, true
 	case plan.Kind == version.MinorDown && !downgrading:
 		return r.enableDowngrade(ctx, w, target)
+	case plan.Kind == version.MinorDown && cluster != target.MinorString():
+		// etcd lowers its cluster version a few seconds after the
+		// downgrade is enabled, and only while every member answers: a
+		// member restarted on the older minor before that cannot join (the
+		// cluster version is newer than it), and with it down etcd never
+		// lowers the version.
+		w.working(conditions.ReasonRollingOut, fmt.Sprintf("Waiting for etcd to lower its cluster version from %s to %s before the first member restarts", cluster, target.MinorString()))
+		return stop(2 * time.Second), nil, true
 	}
 	return nil, nil, false
 }

@@ -51,6 +51,8 @@ func setAvailable(w *world) {
 	switch {
 	case w.blocked != nil:
 		set(w, conditions.Available, false, w.blocked.reason, w.blocked.message)
+	case w.authProblem != nil:
+		set(w, conditions.Available, false, w.authProblem.reason, w.authProblem.message)
 	case w.mismatch != "":
 		set(w, conditions.Available, false, conditions.ReasonClusterIDMismatch, w.mismatch)
 	case paused(w):
@@ -59,6 +61,8 @@ func setAvailable(w *world) {
 		set(w, conditions.Available, false, conditions.ReasonBootstrapFailed, "The cluster never formed")
 	case w.unreachable != nil && readyN == 0:
 		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, "Cannot reach etcd: "+w.unreachable.Error())
+	case st.ClusterID == "" && secretWait(w) != "":
+		set(w, conditions.Available, false, conditions.ReasonSecretMissing, "The seed member cannot start: "+secretWait(w))
 	case st.ClusterID == "":
 		set(w, conditions.Available, false, conditions.ReasonBootstrapping, "The seed member has not formed the cluster yet")
 	case len(w.members) == 0:
@@ -81,6 +85,12 @@ func setProgressing(w *world) {
 	switch {
 	case paused(w) && targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
+	case targetReached(w) && build.AuthWanted(w.cluster) && !w.cluster.Status.AuthEnabled:
+		msg := "Enabling etcd authentication"
+		if w.progress.reason == conditions.ReasonEnablingAuth {
+			msg = w.progress.message
+		}
+		set(w, conditions.Progressing, true, conditions.ReasonEnablingAuth, msg)
 	case targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonReconciled,
 			fmt.Sprintf("%d members of etcd %s are ready voters", w.desired(), w.cluster.Status.Observed.Version))
@@ -93,6 +103,8 @@ func setProgressing(w *world) {
 			msg += "; now: " + w.progress.message
 		}
 		set(w, conditions.Progressing, false, reason, msg)
+	case secretWait(w) != "":
+		set(w, conditions.Progressing, true, conditions.ReasonSecretMissing, secretWait(w))
 	case w.progress.reason != "":
 		set(w, conditions.Progressing, true, w.progress.reason, w.progress.message)
 	default:
@@ -117,6 +129,8 @@ func setDegraded(w *world) {
 		set(w, conditions.Degraded, true, conditions.ReasonClusterIDMismatch, w.mismatch)
 	case paused(w):
 		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
+	case w.authProblem != nil:
+		set(w, conditions.Degraded, true, w.authProblem.reason, w.authProblem.message)
 	case w.stuck != "":
 		set(w, conditions.Degraded, true, conditions.ReasonRollOutStuck, w.stuck)
 	case w.refused != "":
@@ -128,4 +142,15 @@ func setDegraded(w *world) {
 	default:
 		set(w, conditions.Degraded, false, conditions.ReasonQuorumHealthy, "No member is unhealthy")
 	}
+}
+
+// secretWait says which member cannot start its Pod for a missing Secret or
+// key, and why, or "".
+func secretWait(w *world) string {
+	for _, m := range w.running() {
+		if c := conditions.Get(m.Status.Conditions, conditions.Ready); c != nil && c.Status != metav1.ConditionTrue && c.Reason == conditions.ReasonSecretMissing {
+			return fmt.Sprintf("member %s: %s", m.Name, c.Message)
+		}
+	}
+	return ""
 }

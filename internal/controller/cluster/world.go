@@ -43,6 +43,14 @@ type world struct {
 	// stuck says why a roll-out stopped; blockedVersion why the asked
 	// version cannot be reached.
 	stuck, blockedVersion string
+	// secrets are the Secrets the running members mount, by name (read
+	// from the API server); secretProblem says which one, or which key of
+	// one, is missing.
+	secrets       map[string]*corev1.Secret
+	secretProblem string
+	// authProblem is why etcd refuses the operator's credentials (or
+	// wants some the spec does not give).
+	authProblem *progress
 }
 
 // progress says what the operator is doing; an empty reason means nothing.
@@ -258,7 +266,17 @@ func (w *world) upToDate(m *v1alpha2.EtcdMember) bool {
 			return false
 		}
 	}
-	return !conditions.IsFalse(m.Status.Conditions, conditions.StorageResized)
+	return len(w.changedSecrets(m)) == 0 && !conditions.IsFalse(m.Status.Conditions, conditions.StorageResized)
+}
+
+// changedSecrets lists the Secrets whose material changed since the
+// member's Pod started (see build.AnnotationSecretHashes).
+func (w *world) changedSecrets(m *v1alpha2.EtcdMember) []string {
+	p := w.pods[m.Name]
+	if p == nil || len(w.secrets) == 0 {
+		return nil
+	}
+	return build.ChangedSecrets(p.Annotations[build.AnnotationSecretHashes], build.HashSecrets(build.MountedSecrets(m), w.secrets))
 }
 
 // updated counts the running members that are up to date.

@@ -20,6 +20,12 @@ type scenario struct {
 	disrupt func(h *harness)
 	// check, if set, is checked once the scenario converged.
 	check func(h *harness)
+	// peerTLS runs the cluster's peer plane from a Secret; auth turns on
+	// etcd authentication.
+	peerTLS, auth bool
+	// noPassword starts an auth cluster before its root password Secret
+	// exists: it converges but cannot enable authentication yet.
+	noPassword bool
 }
 
 // TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
@@ -42,14 +48,19 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 		}},
 		{name: "roll 3 members to the next minor", start: 3, target: 3, version: "3.5.35", disrupt: func(h *harness) {
 			h.editSpec("c", func(s *v1alpha2.EtcdClusterSpec) { s.Version = "3.6.16" })
+		}, check: restartedOnce},
+		{name: "roll 3 members onto a rotated Secret", start: 3, target: 3, peerTLS: true, disrupt: func(h *harness) {
+			h.putPeerSecret(with(peerMaterial, "tls.crt", "cert 2"))
+		}, check: restartedOnce},
+		{name: "enable authentication", start: 3, target: 3, auth: true, noPassword: true, disrupt: func(h *harness) {
+			h.putPassword("first")
 		}, check: func(h *harness) {
-			// Resumed without restarting members already done: each had
-			// its original Pod and one more.
-			for name, n := range h.incarnations() {
-				if n > 2 {
-					h.t.Errorf("member %s was started %d times in a roll of one restart each", name, n)
-				}
-			}
+			h.run("auth latched", h.authConverged(3, "first"))
+		}},
+		{name: "change the root password", start: 3, target: 3, auth: true, disrupt: func(h *harness) {
+			h.putPassword("second")
+		}, check: func(h *harness) {
+			h.run("password applied", h.authConverged(3, "second"))
 		}},
 		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
 			for _, m := range h.members("c")[:2] {
@@ -75,6 +86,16 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 	}
 }
 
+// restartedOnce checks that a roll resumed without restarting members
+// already done: each had its original Pod and one more.
+func restartedOnce(h *harness) {
+	for name, n := range h.incarnations() {
+		if n > 2 {
+			h.t.Errorf("member %s was started %d times in a roll of one restart each", name, n)
+		}
+	}
+}
+
 // crashAfter runs the scenario with the operator dying after its k-th
 // mutating call.
 func crashAfter(t *testing.T, sc scenario, k int) {
@@ -92,15 +113,36 @@ func crashAfter(t *testing.T, sc scenario, k int) {
 
 func prepared(t *testing.T, sc scenario) *harness {
 	h := newHarness(t)
+	if sc.peerTLS {
+		h.putPeerSecret(peerMaterial)
+	}
+	if sc.auth && !sc.noPassword {
+		h.putPassword("first")
+	}
 	if sc.start > 0 {
 		h.createCluster("c", sc.start, func(c *v1alpha2.EtcdCluster) {
 			if sc.version != "" {
 				c.Spec.Version = sc.version
 			}
+			if sc.peerTLS {
+				withPeerTLS(c)
+			}
+			if sc.auth {
+				withAuth(c)
+			}
 		})
-		h.run("start", h.converged("c", int(sc.start)))
+		h.run("start", h.started(sc))
 	}
 	return h
+}
+
+// started says when the scenario's starting cluster is there.
+func (h *harness) started(sc scenario) func() bool {
+	if sc.noPassword {
+		// Converged but for authentication, which waits for the password.
+		return func() bool { return h.getCluster("c").Status.ReadyMembers == sc.start && h.etcdMatches("c") == nil }
+	}
+	return h.converged("c", int(sc.start))
 }
 
 func (h *harness) setReplicasOrCreate(sc scenario) {
@@ -109,7 +151,11 @@ func (h *harness) setReplicasOrCreate(sc scenario) {
 		return
 	}
 	if sc.start == 0 {
-		h.createCluster("c", sc.target)
+		h.createCluster("c", sc.target, func(c *v1alpha2.EtcdCluster) {
+			if sc.auth {
+				withAuth(c)
+			}
+		})
 		return
 	}
 	h.setReplicas("c", sc.target)

@@ -300,10 +300,10 @@ func TestRefusalIsOneEvent(t *testing.T) {
 	}
 }
 
-// Spec fields the operator does not implement yet are reported, never
-// silently ignored: a restore is not replaced by an empty bootstrap, and
-// auth is not reported Available as if honoured.
-func TestUnimplementedFieldsAreReported(t *testing.T) {
+// A restored cluster's seed is never started without its restore: with no
+// operator image to run the restore agent from, the seed waits and both the
+// member and the cluster say why; with one, the seed's Pod restores first.
+func TestRestoreNeedsTheOperatorImage(t *testing.T) {
 	h := newHarness(t)
 	h.createCluster("restore", 3, func(c *v1alpha2.EtcdCluster) {
 		c.Spec.Bootstrap = &v1alpha2.BootstrapSpec{Restore: &v1alpha2.RestoreSpec{Source: v1alpha2.SnapshotLocation{
@@ -311,12 +311,29 @@ func TestUnimplementedFieldsAreReported(t *testing.T) {
 		}}}
 	})
 	h.steps(10)
-	if n := len(h.members("restore")); n != 0 {
-		t.Errorf("a cluster asking for a restore was bootstrapped empty (%d members)", n)
+	ms := h.members("restore")
+	if len(ms) != 1 || ms[0].Spec.Restore == nil || len(h.pods()) != 0 {
+		t.Fatalf("want one seed with the restore and no Pod; members %d, pods %v", len(ms), h.pods())
 	}
-	a := conditions.Get(h.getCluster("restore").Status.Conditions, conditions.Available)
-	if a == nil || a.Status != metav1.ConditionFalse || a.Reason != conditions.ReasonNotImplemented {
-		t.Errorf("restore: Available = %+v", a)
+	if r := conditions.Get(ms[0].Status.Conditions, conditions.Ready); r == nil || r.Reason != conditions.ReasonOperatorImageNotConfigured {
+		t.Errorf("seed Ready = %+v, want reason %s", r, conditions.ReasonOperatorImageNotConfigured)
+	}
+	if p := conditions.Get(h.getCluster("restore").Status.Conditions, conditions.Progressing); p == nil || p.Reason != conditions.ReasonOperatorImageNotConfigured {
+		t.Errorf("cluster Progressing = %+v, want reason %s", p, conditions.ReasonOperatorImageNotConfigured)
+	}
+
+	h.member.OperatorImage = "example.com/etcd-operator:test"
+	h.steps(2)
+	pod := &corev1.Pod{}
+	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: ms[0].Name}, pod); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range pod.Spec.InitContainers {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != build.InstallToolsContainer+","+build.RestoreContainer {
+		t.Errorf("seed Pod init containers = %v, want the restore's", names)
 	}
 }
 

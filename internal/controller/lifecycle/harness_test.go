@@ -319,6 +319,22 @@ func (c *countingClient) MoveLeader(ctx context.Context, id uint64) error {
 	return c.h.count(err)
 }
 
+func (c *countingClient) EnableRootAuth(ctx context.Context, password string) error {
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	err := c.Client.EnableRootAuth(ctx, password)
+	c.h.record("auth-enable", "root", err)
+	return c.h.count(err)
+}
+
+func (c *countingClient) ChangeRootPassword(ctx context.Context, password string) error {
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	err := c.Client.ChangeRootPassword(ctx, password)
+	c.h.record("change-password", "root", err)
+	return c.h.count(err)
+}
+
 func (h *harness) record(op, what string, err error) {
 	entry := op + " " + what
 	if err != nil {

@@ -137,8 +137,16 @@ func (h *harness) runPod(p *corev1.Pod) {
 		return
 	}
 	p.Status.InitContainerStatuses = nil
-	p.Status.Phase = corev1.PodRunning
 	running, hasLeader := h.etcd.Running(peer)
+	if secret := h.missingSecret(p); !running && secret != "" {
+		// The kubelet cannot mount it: the Pod waits, as a real one does.
+		p.Status.Phase = corev1.PodPending
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: build.EtcdContainer,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating", Message: "secret " + secret + " not found"}}}}
+		setPodCondition(p, corev1.PodReady, corev1.ConditionFalse, "")
+		return
+	}
+	p.Status.Phase = corev1.PodRunning
 	if !running && !h.broken[p.Name] && !h.breakAll {
 		running = h.startEtcd(p, flags)
 		hasLeader = false
@@ -171,6 +179,19 @@ func (h *harness) runPod(p *corev1.Pod) {
 		ready = corev1.ConditionTrue
 	}
 	setPodCondition(p, corev1.PodReady, ready, "")
+}
+
+// missingSecret names a Secret the Pod mounts that does not exist.
+func (h *harness) missingSecret(p *corev1.Pod) string {
+	for _, v := range p.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		if err := h.raw.Get(context.Background(), types.NamespacedName{Namespace: p.Namespace, Name: v.Secret.SecretName}, &corev1.Secret{}); err != nil {
+			return v.Secret.SecretName
+		}
+	}
+	return ""
 }
 
 // startEtcd starts the Pod's etcd as etcd would: bootstrap with "new" (a

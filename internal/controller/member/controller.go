@@ -31,6 +31,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
 
 // Reconciler reconciles EtcdMember objects.
@@ -43,7 +44,8 @@ type Reconciler struct {
 	// EtcdRepository is the etcd image repository.
 	EtcdRepository string
 	// OperatorImage is this operator's image; with it a joining member's
-	// Pod starts before the member is added, held by the join gate.
+	// Pod starts before the member is added, held by the join gate, and a
+	// restored cluster's seed runs the restore agent.
 	OperatorImage string
 }
 
@@ -144,14 +146,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// must not hold the finalizer.
 		return r.finalize(ctx, s)
 	}
+	if teardown.Ignorable(ctx, r.APIReader, m.Namespace, err) {
+		// Everything in the namespace is going.
+		return ctrl.Result{}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.settleIdentity(ctx, s); err != nil {
+		if teardown.Ignorable(ctx, r.APIReader, m.Namespace, err) {
+			return ctrl.Result{}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	res, err := r.realize(ctx, s)
-	if namespaceTerminating(err) {
+	if teardown.Ignorable(ctx, r.APIReader, m.Namespace, err) {
 		// Everything in the namespace is going; creating more only fails.
 		return ctrl.Result{}, nil
 	}
@@ -179,12 +188,6 @@ func (r *Reconciler) settleIdentity(ctx context.Context, s *state) error {
 	}
 	s.original = m.DeepCopy()
 	return nil
-}
-
-// namespaceTerminating reports whether an error says the namespace is being
-// deleted.
-func namespaceTerminating(err error) bool {
-	return err != nil && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause)
 }
 
 func (r *Reconciler) load(ctx context.Context, m *v1alpha2.EtcdMember) (*state, error) {

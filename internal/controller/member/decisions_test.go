@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -335,6 +336,80 @@ func TestAdoptedPodFailing(t *testing.T) {
 	for _, tc := range cases {
 		if got := adoptedPodFailing(tc.pod); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A member's Pod waits for the Secrets it mounts, and for every key it reads
+// from them; the condition names the Secret and the key. Once they are
+// there, the Pod records their material.
+func TestPodWaitsForSecrets(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha2.AddToScheme(scheme)
+	peer := func(keys ...string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "peer-tls"}, Data: map[string][]byte{}}
+		for _, k := range keys {
+			s.Data[k] = []byte("material of " + k)
+		}
+		return s
+	}
+	withPeerTLS := func(m *v1alpha2.EtcdMember) {
+		m.Spec.TLS = &v1alpha2.MemberTLS{PeerSecretRef: &corev1.LocalObjectReference{Name: "peer-tls"}}
+	}
+	cases := []struct {
+		name   string
+		secret *corev1.Secret
+		want   []string // in the Ready message; nil means the Pod is created
+	}{
+		{"no Secret", nil, []string{"peer-tls", "does not exist"}},
+		{"no CA", peer(build.KeyCert, build.KeyKey), []string{"peer-tls", "ca.crt"}},
+		{"no key", peer(build.KeyCert, build.KeyCA), []string{"peer-tls", "tls.key"}},
+		{"complete", peer(build.KeyCert, build.KeyKey, build.KeyCA), nil},
+	}
+	for _, c := range cases {
+		b := fake.NewClientBuilder().WithScheme(scheme)
+		if c.secret != nil {
+			b = b.WithObjects(c.secret)
+		}
+		cl := b.Build()
+		r := &Reconciler{Client: cl, APIReader: cl, Recorder: events.NewFakeRecorder(10)}
+		s := testState(testMember(withPeerTLS), "00000000000000c1", nil)
+		res, err := r.createPod(context.Background(), s)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		pod := &corev1.Pod{}
+		podErr := cl.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "db-a"}, pod)
+		if c.want == nil {
+			if podErr != nil {
+				t.Errorf("%s: no Pod: %v", c.name, podErr)
+			} else if h := pod.Annotations[build.AnnotationSecretHashes]; !strings.HasPrefix(h, "peer-tls=") {
+				t.Errorf("%s: Pod records material %q", c.name, h)
+			}
+			continue
+		}
+		if !apierrors.IsNotFound(podErr) {
+			t.Errorf("%s: a Pod was created without its material", c.name)
+		}
+		if res.RequeueAfter == 0 {
+			t.Errorf("%s: no retry", c.name)
+		}
+		checkNamed(t, c.name, conditions.Get(s.member.Status.Conditions, conditions.Ready), c.want)
+	}
+}
+
+// checkNamed checks that a condition says SecretMissing and names each of
+// want.
+func checkNamed(t *testing.T, what string, c *metav1.Condition, want []string) {
+	t.Helper()
+	if c == nil || c.Reason != conditions.ReasonSecretMissing {
+		t.Errorf("%s: %+v", what, c)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(c.Message, w) {
+			t.Errorf("%s: message %q does not say %q", what, c.Message, w)
 		}
 	}
 }

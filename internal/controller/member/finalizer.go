@@ -3,25 +3,13 @@ package member
 import (
 	"context"
 
-	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
-
-// namespaceGoing reports whether the member's namespace is being deleted:
-// everything in it goes, the cluster included, so there is nothing to keep
-// consistent and the finalizer must not hold the namespace up (with
-// namespaced rights, the Role that lets the operator act there goes too).
-func (r *Reconciler) namespaceGoing(ctx context.Context, name string) bool {
-	ns := &corev1.Namespace{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
-		return false
-	}
-	return ns.DeletionTimestamp != nil
-}
 
 // finalize handles a deleted member. Removing it from etcd is the cluster
 // controller's: every membership change goes through that one serialised
@@ -34,7 +22,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *state) (ctrl.Result, error
 	if !controllerutil.ContainsFinalizer(m, build.MemberFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	if s.cluster != nil && s.cluster.DeletionTimestamp == nil && !r.namespaceGoing(ctx, m.Namespace) {
+	if s.cluster != nil && s.cluster.DeletionTimestamp == nil && !teardown.Going(ctx, r.APIReader, m.Namespace) {
 		// Until etcd lets it go it is still a member: keep reporting on it
 		// (its health counts in every quorum projection), but create or
 		// restart nothing.

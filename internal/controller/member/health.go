@@ -72,7 +72,9 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 	st.Selector = build.MemberSelectorString(s.member.Spec.ClusterName, s.member.Name)
 	requeue := r.checkLost(ctx, s)
 	if !podReady(pod) {
-		set(s, conditions.Ready, false, conditions.ReasonPodNotReady, podProblem(pod))
+		if !r.reportRestore(s) {
+			set(s, conditions.Ready, false, conditions.ReasonPodNotReady, podProblem(pod))
+		}
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
 	if err := r.readStatus(ctx, s); err != nil {

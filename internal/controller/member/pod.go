@@ -152,16 +152,31 @@ func (r *Reconciler) bindsOnFirstUse(ctx context.Context, pvc *corev1.Persistent
 	return sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
 }
 
-// createPod starts the member once the Secrets it mounts exist.
+// createPod starts the member once the Secrets it mounts exist with every
+// key it reads, recording their material on the Pod (see
+// build.AnnotationSecretHashes).
 func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, error) {
 	m := s.member
-	if missing := r.missingSecrets(ctx, m); missing != "" {
-		r.setNotReady(s, "SecretMissing", fmt.Sprintf("Waiting for Secret %s, which the member mounts", missing))
+	hashes, problem, err := r.readSecrets(ctx, m)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if problem != "" {
+		c := conditions.Get(m.Status.Conditions, conditions.Ready)
+		if c == nil || c.Reason != conditions.ReasonSecretMissing || c.Message != problem {
+			r.event(m, true, conditions.ReasonSecretMissing, "CreatePod", "%s", problem)
+		}
+		r.setNotReady(s, conditions.ReasonSecretMissing, problem)
 		// Secrets are not watched (that would cache every Secret of the
-		// cluster); look again shortly.
+		// namespace); look again shortly.
 		return ctrl.Result{RequeueAfter: retrySecrets}, nil
 	}
-	pod := build.Pod(m, build.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s), OperatorImage: r.OperatorImage})
+	if msg := r.restoreRefused(s); msg != "" {
+		r.setNotReady(s, conditions.ReasonOperatorImageNotConfigured, msg)
+		return ctrl.Result{}, nil
+	}
+	pod := build.Pod(m, build.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s),
+		OperatorImage: r.OperatorImage, SecretHashes: hashes})
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating pod: %w", err)
 	}
@@ -170,21 +185,30 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 	return ctrl.Result{}, nil
 }
 
-func (r *Reconciler) missingSecrets(ctx context.Context, m *v1alpha2.EtcdMember) string {
-	if m.Spec.TLS == nil {
-		return ""
-	}
-	for _, ref := range []*corev1.LocalObjectReference{m.Spec.TLS.ClientServerSecretRef, m.Spec.TLS.PeerSecretRef} {
-		if ref == nil {
-			continue
+// readSecrets reads the Secrets the member mounts from the API server (they
+// are not cached) and returns their material's hashes, or what is missing:
+// a Secret, or a key in one, named with what the member needs it for.
+func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (hashes, problem string, err error) {
+	uses := build.MountedSecrets(m)
+	secrets := map[string]*corev1.Secret{}
+	for _, u := range uses {
+		sec, ok := secrets[u.Name]
+		if !ok {
+			sec = &corev1.Secret{}
+			err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: u.Name}, sec)
+			switch {
+			case apierrors.IsNotFound(err):
+				return "", fmt.Sprintf("Waiting for Secret %s (the %s), which the member mounts: it does not exist", u.Name, u.Purpose), nil
+			case err != nil:
+				return "", "", fmt.Errorf("reading Secret %s: %w", u.Name, err)
+			}
+			secrets[u.Name] = sec
 		}
-		sec := &metav1.PartialObjectMetadata{}
-		sec.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, sec); err != nil {
-			return ref.Name
+		if k := u.MissingKey(sec); k != "" {
+			return "", fmt.Sprintf("Waiting for Secret %s (the %s) to hold the key %s, which the member reads", u.Name, u.Purpose, k), nil
 		}
 	}
-	return ""
+	return build.SecretHashes(build.HashSecrets(uses, secrets)), "", nil
 }
 
 // syncPod keeps the two things the operator changes on a running Pod: the

@@ -246,15 +246,15 @@ func (f *client) Downgrade(_ context.Context, action etcd.DowngradeAction, versi
 		if f.c.downgrade == "" {
 			return cluster, errors.New("etcdserver: no inflight downgrade job")
 		}
-		f.c.downgrade = ""
+		f.c.downgrade, f.c.lowered = "", false
 		return f.c.clusterVersion, nil
 	}
 	target := majorMinor(version)
 	if f.c.downgrade == "" && (minor(target+".0") != minor(cluster+".0")-1 || minor(cluster+".0") < 6) {
 		return cluster, fmt.Errorf("etcdserver: invalid downgrade target version %s (cluster version %s)", version, cluster)
 	}
-	if action == etcd.DowngradeEnable {
-		f.c.downgrade = target
+	if action == etcd.DowngradeEnable && f.c.downgrade == "" {
+		f.c.downgrade, f.c.downgradeAt, f.c.lowered = target, f.c.clock.Now(), false
 	}
 	return cluster, nil
 }
@@ -296,6 +296,16 @@ func (f *client) EnableRootAuth(_ context.Context, password string) error {
 		return err
 	}
 	f.c.AuthOn, f.c.RootPassword = true, password
+	return nil
+}
+
+func (f *client) ChangeRootPassword(_ context.Context, password string) error {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	if _, err := f.consensus(); err != nil {
+		return err
+	}
+	f.c.RootPassword = password
 	return nil
 }
 

@@ -46,8 +46,12 @@ type Cluster struct {
 	members   map[uint64]*member
 	leader    uint64
 	commit    uint64
-	// downgrade is the minor ("3.6") a downgrade in progress goes to.
-	downgrade string
+	// downgrade is the minor ("3.6") a downgrade in progress goes to;
+	// downgradeAt is when it was enabled, lowered whether etcd's version
+	// monitor has set the cluster version to it yet.
+	downgrade   string
+	downgradeAt time.Time
+	lowered     bool
 	// clusterVersion is the cluster version (major.minor) etcd decided:
 	// raised to the lowest minor the members run, only while every member
 	// answers; lowered only by a downgrade.
@@ -234,10 +238,31 @@ func (c *Cluster) ClusterVersion() string {
 }
 
 func (c *Cluster) clusterVersionOf(*member) string {
-	if c.downgrade != "" {
+	c.lowerIfDue()
+	if c.downgrade != "" && c.lowered {
 		return c.downgrade
 	}
 	return c.clusterVersion
+}
+
+// monitorInterval is how often etcd's leader revisits the cluster version.
+const monitorInterval = 4 * time.Second
+
+// lowerIfDue is etcd's version monitor after a downgrade was enabled: it
+// sets the cluster version to the target on its next round, and only when
+// every started member answers (it needs each one's version). A member
+// restarted on the older minor before that cannot join, and with it down
+// the version is never lowered.
+func (c *Cluster) lowerIfDue() {
+	if c.downgrade == "" || c.lowered || c.clock.Since(c.downgradeAt) < monitorInterval {
+		return
+	}
+	for _, m := range c.members {
+		if m.started && !m.running {
+			return
+		}
+	}
+	c.lowered = true
 }
 
 // finishDowngrade ends a downgrade once every member runs its target.
@@ -250,7 +275,7 @@ func (c *Cluster) finishDowngrade() {
 			return
 		}
 	}
-	c.clusterVersion, c.downgrade = c.downgrade, ""
+	c.clusterVersion, c.downgrade, c.lowered = c.downgrade, "", false
 }
 
 func majorMinor(v string) string {

@@ -52,8 +52,8 @@ var accounts = map[string]string{
 }
 
 // Builtins returns (building once, into toolsRoot/sandbox-images) the image
-// of every etcd release in the toolchain, the pause image and the CoreDNS
-// image. A tarball is named after the modification time of its binaries, so
+// of every etcd release in the toolchain, the pause image, the CoreDNS image,
+// the MinIO image and a kubectl image. A tarball is named after the modification time of its binaries, so
 // a rebuilt tool gets a new image.
 func Builtins(toolsRoot string) ([]Tarball, error) {
 	entries, err := os.ReadDir(filepath.Join(toolsRoot, "etcd"))
@@ -95,7 +95,15 @@ func Builtins(toolsRoot string) ([]Tarball, error) {
 		return nil, err
 	}
 	pause.System, dns.System = true, true
-	return append(out, pause, dns), nil
+	minio, err := minioImage(toolsRoot)
+	if err != nil {
+		return nil, err
+	}
+	kubectl, err := kubectlImage(toolsRoot)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, pause, dns, minio, kubectl), nil
 }
 
 // etcdImage is like the upstream distroless image: the binaries in

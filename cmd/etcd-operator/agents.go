@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	_ "time/tzdata" // schedules name IANA time zones; the image has no zoneinfo
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/internal/agent"
+	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
+	"github.com/seed74754924/etcd-operator/internal/agent/report"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+	schedulecontroller "github.com/seed74754924/etcd-operator/internal/controller/schedule"
+	snapshotcontroller "github.com/seed74754924/etcd-operator/internal/controller/snapshot"
+)
+
+// Agent subcommands: the operator's image (or binary) runs them in the
+// snapshot Job and in a restored seed's init containers.
+const (
+	cmdSnapshotAgent = "snapshot-agent"
+	cmdRestoreAgent  = "restore-agent"
+	cmdInstallTools  = "install-tools"
+)
+
+// agentMemoryLimit is the agents' soft memory limit; the snapshot Job's
+// container limit (256 MiB) is well above it.
+const agentMemoryLimit = 48 << 20
+
+// runAgent runs the agent named by the first argument, if any, and returns
+// its exit code; ok is false when the arguments name no agent.
+func runAgent(args []string) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("agent", args[0])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	agent.Version = version
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// An agent's live memory is a few buffers (two multipart parts at
+		// most): collect garbage before the heap grows far past them,
+		// rather than at twice the peak as by default.
+		debug.SetMemoryLimit(agentMemoryLimit)
+	}
+	finish := finisher(log)
+	switch args[0] {
+	case cmdSnapshotAgent:
+		cfg, err := agent.SnapshotConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err)), true
+		}
+		return finish(agent.Snapshot(ctx, cfg, log)), true
+	case cmdRestoreAgent:
+		cfg, err := agent.RestoreConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err)), true
+		}
+		return finish(agent.Restore(ctx, cfg, log)), true
+	case cmdInstallTools:
+		if err := agent.InstallTools(os.Getenv(agentenv.EnvToolsDir)); err != nil {
+			log.Error("Could not install the agent", "error", err)
+			return report.ExitTransient, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
+func failed(err error) (report.Result, int) {
+	return report.Result{Reason: conditions.ReasonAgentMisconfigured, Message: err.Error()}, report.ExitPermanent
+}
+
+// finisher returns the function that leaves an agent's result in the
+// termination message (and on stdout) and returns its exit code.
+func finisher(log *slog.Logger) func(report.Result, int) int {
+	return func(res report.Result, code int) int {
+		path := os.Getenv(agentenv.EnvTerminationLog)
+		if path == "" {
+			path = report.Path
+		}
+		if err := report.Write(path, res); err != nil {
+			log.Warn("Could not write the termination message", "path", path, "error", err)
+		}
+		fmt.Println(string(res.Encode()))
+		if res.Failed() {
+			log.Error("Failed", "reason", res.Reason, "message", res.Message)
+		}
+		return code
+	}
+}
+
+// setupSnapshots registers the EtcdSnapshot and EtcdSnapshotSchedule
+// controllers.
+func setupSnapshots(mgr ctrl.Manager, opts options, reader client.Reader) error {
+	sr := &snapshotcontroller.Reconciler{
+		Client: mgr.GetClient(), APIReader: reader, Recorder: mgr.GetEventRecorder("etcd-operator"),
+		OperatorImage: opts.operatorImage,
+	}
+	if err := sr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EtcdSnapshot controller: %w", err)
+	}
+	sc := &schedulecontroller.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("etcd-operator")}
+	if err := sc.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EtcdSnapshotSchedule controller: %w", err)
+	}
+	return nil
+}

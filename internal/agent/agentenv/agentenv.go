@@ -1,0 +1,52 @@
+// Package agentenv names the environment the agents read: the contract
+// between the Jobs and init containers the operator renders (package build)
+// and the agents that run in them (package agent).
+package agentenv
+
+// Environment variables of the agents. The snapshot Job and the restore init
+// containers set them (internal/build); the names follow the reference
+// operator's where it has one.
+const (
+	EnvEndpoints    = "ETCD_ENDPOINTS"
+	EnvCAFile       = "ETCD_TLS_CA_PATH"
+	EnvCertFile     = "ETCD_TLS_CERT_PATH"
+	EnvKeyFile      = "ETCD_TLS_KEY_PATH"
+	EnvUsername     = "ETCD_USERNAME"
+	EnvPassword     = "ETCD_PASSWORD"
+	EnvSnapshotName = "SNAPSHOT_NAME"
+	EnvSnapshotUID  = "SNAPSHOT_UID"
+	EnvNamespace    = "SNAPSHOT_NAMESPACE"
+	EnvCluster      = "ETCD_CLUSTER"
+	EnvScheduleName = "SCHEDULE_NAME"
+	EnvScheduleUID  = "SCHEDULE_UID"
+	EnvKeepLast     = "RETENTION_KEEP_LAST"
+	EnvMaxAge       = "RETENTION_MAX_AGE"
+
+	EnvDestKind       = "SNAPSHOT_DEST_KIND"
+	EnvS3Endpoint     = "S3_ENDPOINT"
+	EnvS3Bucket       = "S3_BUCKET"
+	EnvS3Key          = "S3_KEY"
+	EnvS3Region       = "S3_REGION"
+	EnvS3PathStyle    = "S3_FORCE_PATH_STYLE"
+	EnvAccessKey      = "AWS_ACCESS_KEY_ID"
+	EnvSecretKey      = "AWS_SECRET_ACCESS_KEY"
+	EnvSessionToken   = "AWS_SESSION_TOKEN"
+	EnvPVCMountPath   = "PVC_MOUNT_PATH"
+	EnvPVCSubPath     = "PVC_SUBPATH"
+	EnvTerminationLog = "TERMINATION_MESSAGE_PATH"
+
+	EnvDataDir         = "ETCD_DATA_DIR"
+	EnvMemberName      = "ETCD_MEMBER_NAME"
+	EnvInitialCluster  = "ETCD_INITIAL_CLUSTER"
+	EnvClusterToken    = "ETCD_INITIAL_CLUSTER_TOKEN"
+	EnvPeerURL         = "ETCD_PEER_URLS"
+	EnvClusterState    = "ETCD_INITIAL_CLUSTER_STATE"
+	EnvTargetVersion   = "ETCD_VERSION"
+	EnvEtcdutl         = "ETCDUTL_PATH"
+	EnvToolsDir        = "TOOLS_DEST_DIR"
+	DestinationS3      = "s3"
+	DestinationPVC     = "pvc"
+	DefaultEtcdutlPath = "/usr/local/bin/etcdutl"
+	// ToolName is the file install-tools copies the operator binary to.
+	ToolName = "etcd-operator"
+)

@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+)
+
+// S3 object metadata the agent writes with every snapshot.
+const (
+	metaSnapshotUID = "etcd-snapshot-uid"
+	metaEtcdVersion = "etcd-version"
+)
+
+// Multipart parts: S3 allows at most 10,000 parts of at least 5 MiB. The
+// part size follows the database size so that any database fits, and the
+// agent holds two parts in memory (one filling, one uploading) whatever the
+// snapshot's size.
+const (
+	minPartSize   = 8 << 20
+	maxParts      = 10000
+	partsInFlight = 2
+)
+
+// S3Config addresses a bucket and a key in it.
+type S3Config struct {
+	Endpoint       string
+	Bucket         string
+	Key            string
+	Region         string
+	ForcePathStyle bool
+	AccessKey      string
+	SecretKey      string
+	SessionToken   string
+}
+
+type s3Store struct {
+	c      *minio.Client
+	bucket string
+	prefix string // "" or ending in "/"
+}
+
+// newS3Store connects to a bucket; prefix is the key prefix the store's
+// names live under.
+func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
+	host, secure, err := parseEndpoint(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AccessKey == "" || cfg.SecretKey == "" {
+		return nil, permanent(conditions.ReasonAgentMisconfigured, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set")
+	}
+	region := cfg.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	lookup := minio.BucketLookupAuto
+	if cfg.ForcePathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	c, err := minio.New(host, &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken),
+		Secure:       secure,
+		Region:       region,
+		BucketLookup: lookup,
+		MaxRetries:   3,
+	})
+	if err != nil {
+		return nil, permanent(conditions.ReasonInvalidDestination, "S3 endpoint %q: %v", cfg.Endpoint, err)
+	}
+	p, err := cleanRelative(prefix, "S3 key")
+	if err != nil {
+		return nil, err
+	}
+	if p != "" {
+		p += "/"
+	}
+	return &s3Store{c: c, bucket: cfg.Bucket, prefix: p}, nil
+}
+
+// parseEndpoint takes http://host:port or https://host (a bare host means
+// https) and returns the host and whether TLS is used.
+func parseEndpoint(endpoint string) (string, bool, error) {
+	if !strings.Contains(endpoint, "://") {
+		endpoint = "https://" + endpoint
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return "", false, permanent(conditions.ReasonInvalidDestination, "S3 endpoint %q is not a URL such as https://s3.example.com", endpoint)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return "", false, permanent(conditions.ReasonInvalidDestination, "S3 endpoint %q has a path; give the scheme and host only (the bucket is spec'd apart)", endpoint)
+	}
+	switch u.Scheme {
+	case "http":
+		return u.Host, false, nil
+	case "https":
+		return u.Host, true, nil
+	}
+	return "", false, permanent(conditions.ReasonInvalidDestination, "S3 endpoint %q: scheme must be http or https", endpoint)
+}
+
+func (s *s3Store) URI(name string) string {
+	return fmt.Sprintf("s3://%s/%s%s", s.bucket, s.prefix, name)
+}
+
+// Check lists one key: a GET, whose error body tells a missing bucket from
+// bad credentials (a HEAD's does not).
+func (s *s3Store) Check(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	obj, ok := <-s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix, MaxKeys: 1})
+	if ok && obj.Err != nil {
+		return s3Error(obj.Err, "listing bucket "+s.bucket)
+	}
+	return nil
+}
+
+func (s *s3Store) Stat(ctx context.Context, name string) (*fileInfo, error) {
+	obj, err := s.c.StatObject(ctx, s.bucket, s.prefix+name, minio.StatObjectOptions{})
+	if err != nil {
+		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+			return nil, nil
+		}
+		return nil, s3Error(err, "reading "+s.URI(name))
+	}
+	return &fileInfo{Size: obj.Size, Meta: fileMeta{
+		SnapshotUID: metaValue(obj.UserMetadata, metaSnapshotUID),
+		EtcdVersion: metaValue(obj.UserMetadata, metaEtcdVersion),
+	}}, nil
+}
+
+// metaValue finds user metadata whatever case the store returned its key in.
+func metaValue(m map[string]string, key string) string {
+	for k, v := range m {
+		if strings.EqualFold(k, key) || strings.EqualFold(k, "X-Amz-Meta-"+key) {
+			return v
+		}
+	}
+	return ""
+}
+
+// Write streams r as a multipart upload; an upload that fails is aborted,
+// so the key never holds a part of a snapshot.
+func (s *s3Store) Write(ctx context.Context, name string, r io.Reader, sizeHint int64, meta fileMeta) error {
+	part := uint64(minPartSize)
+	if want := uint64(sizeHint) * 5 / 4 / maxParts; want > part {
+		part = (want + 1<<20 - 1) &^ (1<<20 - 1)
+	}
+	md := map[string]string{}
+	if meta.SnapshotUID != "" {
+		md[metaSnapshotUID] = meta.SnapshotUID
+	}
+	if meta.EtcdVersion != "" {
+		md[metaEtcdVersion] = meta.EtcdVersion
+	}
+	_, err := s.c.PutObject(ctx, s.bucket, s.prefix+name, r, -1, minio.PutObjectOptions{
+		UserMetadata:          md,
+		ContentType:           "application/octet-stream",
+		PartSize:              part,
+		NumThreads:            partsInFlight,
+		ConcurrentStreamParts: true,
+	})
+	if err != nil {
+		var ae *Error
+		if errors.As(err, &ae) {
+			return ae
+		}
+		return s3Error(err, "uploading "+s.URI(name))
+	}
+	return nil
+}
+
+func (s *s3Store) Read(ctx context.Context, name string) (io.ReadCloser, error) {
+	obj, err := s.c.GetObject(ctx, s.bucket, s.prefix+name, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, s3Error(err, "reading "+s.URI(name))
+	}
+	return &s3Reader{obj: obj, uri: s.URI(name)}, nil
+}
+
+// s3Reader maps the errors of a lazily opened object.
+type s3Reader struct {
+	obj *minio.Object
+	uri string
+}
+
+func (r *s3Reader) Read(p []byte) (int, error) {
+	n, err := r.obj.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return n, s3Error(err, "reading "+r.uri)
+	}
+	return n, err
+}
+
+func (r *s3Reader) Close() error { return r.obj.Close() }
+
+func (s *s3Store) Remove(ctx context.Context, name string) error {
+	if err := s.c.RemoveObject(ctx, s.bucket, s.prefix+name, minio.RemoveObjectOptions{}); err != nil {
+		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+			return nil
+		}
+		return s3Error(err, "deleting "+s.URI(name))
+	}
+	return nil
+}
+
+func (s *s3Store) List(ctx context.Context) ([]string, error) {
+	var out []string
+	for obj := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix}) {
+		if obj.Err != nil {
+			return nil, s3Error(obj.Err, "listing "+s.URI(""))
+		}
+		if name := strings.TrimPrefix(obj.Key, s.prefix); name != "" && !strings.HasSuffix(name, "/") {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// s3Error gives a store error the reason it is reported under.
+func s3Error(err error, doing string) *Error {
+	resp := minio.ToErrorResponse(err)
+	switch resp.Code {
+	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "InvalidSecurity":
+		return permanent(conditions.ReasonS3CredentialsRejected,
+			"%s: the store rejected the credentials (%s: %s); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the credentials Secret", doing, resp.Code, resp.Message)
+	case "AccessDenied", "AllAccessDisabled":
+		return permanent(conditions.ReasonS3AccessDenied,
+			"%s: access denied (%s); the credentials need s3:ListBucket, s3:GetObject, s3:PutObject and s3:DeleteObject on the bucket", doing, resp.Message)
+	case minio.NoSuchBucket:
+		return permanent(conditions.ReasonBucketNotFound, "%s: the bucket does not exist; create it, or fix spec.destination.s3.bucket", doing)
+	case minio.NoSuchKey:
+		return permanent(conditions.ReasonSnapshotNotFound, "%s: no such object", doing)
+	case "":
+		var ne net.Error
+		var ue *url.Error
+		if errors.As(err, &ne) || errors.As(err, &ue) {
+			return transient(conditions.ReasonStorageUnreachable, "%s: the store did not answer: %v", doing, err)
+		}
+		return transient(conditions.ReasonStorageError, "%s: %v", doing, err)
+	}
+	return transient(conditions.ReasonStorageError, "%s: %s: %s", doing, resp.Code, resp.Message)
+}

@@ -1,0 +1,98 @@
+package build
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
+)
+
+// Restore init containers of a restored cluster's seed.
+const (
+	// InstallToolsContainer copies the operator binary into restoreToolsPath.
+	InstallToolsContainer = "install-tools"
+	// RestoreContainer runs the restore agent in the etcd image of the
+	// member's version, whose etcdutl then writes the data directory.
+	RestoreContainer = "restore"
+
+	restoreToolsPath  = "/tools"
+	restoreSourcePath = "/restore/src"
+	restoreToolsVol   = "restore-tools"
+	restoreSourceVol  = "restore-src"
+)
+
+// restoreInitContainers renders the init containers that seed an empty data
+// directory from the member's snapshot; none without a restore or without
+// the operator image to run the agent from. The agent does nothing unless
+// the Pod's initial cluster state is "new": once the cluster formed, an
+// empty data directory is a lost member, never a restore.
+func restoreInitContainers(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Container {
+	if m.Spec.Restore == nil || opts.OperatorImage == "" {
+		return nil
+	}
+	requests := corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+	}}
+	tools := corev1.VolumeMount{Name: restoreToolsVol, MountPath: restoreToolsPath}
+	install := corev1.Container{
+		Name:                     InstallToolsContainer,
+		Image:                    opts.OperatorImage,
+		ImagePullPolicy:          corev1.PullIfNotPresent,
+		Command:                  []string{OperatorBinary, "install-tools"},
+		Env:                      []corev1.EnvVar{env(agentenv.EnvToolsDir, restoreToolsPath)},
+		VolumeMounts:             []corev1.VolumeMount{tools},
+		Resources:                requests,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext:          agentContainerSecurity(),
+	}
+	tools.ReadOnly = true
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataDir}, tools}
+	if m.Spec.Restore.Source.PVC != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: restoreSourceVol, MountPath: restoreSourcePath, ReadOnly: true})
+	}
+	restore := corev1.Container{
+		Name:                     RestoreContainer,
+		Image:                    EtcdImage(opts.EtcdRepository, m.Spec.Version),
+		Command:                  []string{restoreToolsPath + "/" + agentenv.ToolName, "restore-agent"},
+		Env:                      restoreEnv(m),
+		VolumeMounts:             mounts,
+		Resources:                requests,
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		SecurityContext:          agentContainerSecurity(),
+	}
+	return []corev1.Container{install, restore}
+}
+
+func restoreEnv(m *v1alpha2.EtcdMember) []corev1.EnvVar {
+	out := []corev1.EnvVar{
+		env(agentenv.EnvDataDir, MemberDataDir(m)),
+		env(agentenv.EnvMemberName, m.Name),
+		env(agentenv.EnvInitialCluster, m.Spec.InitialCluster),
+		env(agentenv.EnvClusterToken, m.Spec.ClusterToken),
+		env(agentenv.EnvPeerURL, PeerURL(m)),
+		env(agentenv.EnvTargetVersion, m.Spec.Version),
+		env(agentenv.EnvEtcdutl, agentenv.DefaultEtcdutlPath),
+		// The same source etcd reads its state from: the restore happens
+		// only while it says "new".
+		{Name: agentenv.EnvClusterState, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			FieldPath: "metadata.annotations['" + AnnotationInitialClusterState + "']",
+		}}},
+	}
+	return append(out, locationEnv(m.Spec.Restore.Source, restoreSourcePath)...)
+}
+
+// restoreVolumes are the volumes the restore init containers add.
+func restoreVolumes(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Volume {
+	if m.Spec.Restore == nil || opts.OperatorImage == "" {
+		return nil
+	}
+	out := []corev1.Volume{{Name: restoreToolsVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if pvc := m.Spec.Restore.Source.PVC; pvc != nil {
+		out = append(out, corev1.Volume{Name: restoreSourceVol, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.ClaimName, ReadOnly: true},
+		}})
+	}
+	return out
+}

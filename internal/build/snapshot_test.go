@@ -1,0 +1,245 @@
+package build
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+)
+
+func snapshotOf(dest v1alpha2.SnapshotLocation) *v1alpha2.EtcdSnapshot {
+	return &v1alpha2.EtcdSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "ns", UID: "snap-uid"},
+		Spec:       v1alpha2.EtcdSnapshotSpec{ClusterRef: corev1.LocalObjectReference{Name: "db"}, Destination: dest},
+	}
+}
+
+func clusterWith(mods ...func(*v1alpha2.EtcdCluster)) *v1alpha2.EtcdCluster {
+	c := &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "c-uid"}, Spec: v1alpha2.EtcdClusterSpec{Version: "3.6.16"}}
+	for _, m := range mods {
+		m(c)
+	}
+	return c
+}
+
+var (
+	toS3 = v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "http://minio:9000", Bucket: "b", Key: "prefix",
+		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}, ForcePathStyle: true}}
+	toPVC = v1alpha2.SnapshotLocation{PVC: &v1alpha2.PVCLocation{ClaimName: "backups", SubPath: "db"}}
+)
+
+func envOf(c corev1.Container) map[string]corev1.EnvVar {
+	out := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		out[e.Name] = e
+	}
+	return out
+}
+
+func TestSnapshotJob(t *testing.T) {
+	mtls := func(c *v1alpha2.EtcdCluster) {
+		c.Spec.TLS = &v1alpha2.EtcdClusterTLS{Client: &v1alpha2.ClientTLS{
+			ServerSecretRef: &corev1.LocalObjectReference{Name: "srv"}, OperatorClientSecretRef: &corev1.LocalObjectReference{Name: "op"}}}
+	}
+	auth := func(latched bool) func(c *v1alpha2.EtcdCluster) {
+		return func(c *v1alpha2.EtcdCluster) {
+			mtls(c)
+			c.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: "root"}}
+			c.Status.AuthEnabled = latched
+		}
+	}
+	cases := []struct {
+		name     string
+		snap     *v1alpha2.EtcdSnapshot
+		cluster  *v1alpha2.EtcdCluster
+		env      map[string]string // value "" only checks presence
+		noEnv    []string
+		volumes  []string
+		mounts   map[string]string
+		fromKeys map[string]string // env var -> secret/key
+	}{
+		{
+			name: "plain to S3", snap: snapshotOf(toS3), cluster: clusterWith(),
+			env: map[string]string{"ETCD_ENDPOINTS": "http://db-client.ns.svc:2379", "SNAPSHOT_NAME": "nightly", "SNAPSHOT_UID": "snap-uid",
+				"SNAPSHOT_DEST_KIND": "s3", "S3_ENDPOINT": "http://minio:9000", "S3_BUCKET": "b", "S3_KEY": "prefix", "S3_FORCE_PATH_STYLE": "true"},
+			noEnv:    []string{"ETCD_TLS_CA_PATH", "ETCD_USERNAME", "PVC_MOUNT_PATH", "SCHEDULE_UID"},
+			fromKeys: map[string]string{"AWS_ACCESS_KEY_ID": "creds/AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "creds/AWS_SECRET_ACCESS_KEY"},
+		},
+		{
+			name: "mutual TLS to a volume", snap: snapshotOf(toPVC), cluster: clusterWith(mtls),
+			env: map[string]string{"ETCD_ENDPOINTS": "https://db-client.ns.svc:2379", "ETCD_TLS_CA_PATH": "/etc/etcd/pki/ca/ca.crt",
+				"ETCD_TLS_CERT_PATH": "/etc/etcd/pki/client/tls.crt", "ETCD_TLS_KEY_PATH": "/etc/etcd/pki/client/tls.key",
+				"SNAPSHOT_DEST_KIND": "pvc", "PVC_MOUNT_PATH": "/snapshot/data", "PVC_SUBPATH": "db"},
+			noEnv:   []string{"S3_BUCKET", "AWS_ACCESS_KEY_ID"},
+			volumes: []string{"etcd-ca", "etcd-client", "snapshot-data"},
+			mounts:  map[string]string{"etcd-ca": "/etc/etcd/pki/ca", "etcd-client": "/etc/etcd/pki/client", "snapshot-data": "/snapshot/data"},
+		},
+		{
+			name: "auth not yet on: no credentials", snap: snapshotOf(toS3), cluster: clusterWith(auth(false)),
+			noEnv:   []string{"ETCD_USERNAME", "ETCD_PASSWORD"},
+			volumes: []string{"etcd-ca", "etcd-client"},
+			mounts:  map[string]string{"etcd-ca": "/etc/etcd/pki/ca", "etcd-client": "/etc/etcd/pki/client"},
+		},
+		{
+			name: "auth on: root's credentials", snap: snapshotOf(toS3), cluster: clusterWith(auth(true)),
+			env:      map[string]string{"ETCD_USERNAME": "root"},
+			fromKeys: map[string]string{"ETCD_PASSWORD": "root/password"},
+			volumes:  []string{"etcd-ca", "etcd-client"},
+			mounts:   map[string]string{"etcd-ca": "/etc/etcd/pki/ca", "etcd-client": "/etc/etcd/pki/client"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := SnapshotJob(tc.snap, tc.cluster, nil, "op:1")
+			c := job.Spec.Template.Spec.Containers[0]
+			checkEnv(t, c, tc.env, tc.noEnv, tc.fromKeys)
+			var vols []string
+			for _, v := range job.Spec.Template.Spec.Volumes {
+				vols = append(vols, v.Name)
+			}
+			if !slices.Equal(vols, tc.volumes) {
+				t.Errorf("volumes %v, want %v", vols, tc.volumes)
+			}
+			for _, m := range c.VolumeMounts {
+				if tc.mounts[m.Name] != m.MountPath {
+					t.Errorf("mount %s at %s", m.Name, m.MountPath)
+				}
+			}
+		})
+	}
+}
+
+// checkEnv checks a container's variables: values ("" only checks
+// presence), absent ones, and ones read from Secret keys (secret/key).
+func checkEnv(t *testing.T, c corev1.Container, want map[string]string, absent []string, fromKeys map[string]string) {
+	t.Helper()
+	env := envOf(c)
+	for name, value := range want {
+		if got, ok := env[name]; !ok || (value != "" && got.Value != value) {
+			t.Errorf("%s = %q, want %q", name, got.Value, value)
+		}
+	}
+	for _, name := range absent {
+		if _, ok := env[name]; ok {
+			t.Errorf("%s is set", name)
+		}
+	}
+	for name, ref := range fromKeys {
+		s := env[name].ValueFrom
+		if s == nil || s.SecretKeyRef == nil || s.SecretKeyRef.Name+"/"+s.SecretKeyRef.Key != ref {
+			t.Errorf("%s does not come from %s: %+v", name, ref, s)
+		}
+	}
+}
+
+// The Job runs the agent once per attempt, never retries a permanent
+// failure, holds no API credentials, and belongs to its snapshot.
+func TestSnapshotJobShape(t *testing.T) {
+	job := SnapshotJob(snapshotOf(toS3), clusterWith(), nil, "op:1")
+	spec := job.Spec.Template.Spec
+	c := spec.Containers[0]
+	if job.Name != "nightly-snapshot" || c.Name != SnapshotAgentContainer || c.Image != "op:1" ||
+		!slices.Equal(c.Command, []string{"/manager", "snapshot-agent"}) {
+		t.Errorf("job %s container %s %s %v", job.Name, c.Name, c.Image, c.Command)
+	}
+	if spec.RestartPolicy != corev1.RestartPolicyNever || ptr.Deref(spec.AutomountServiceAccountToken, true) {
+		t.Errorf("restart policy %s, token %v", spec.RestartPolicy, spec.AutomountServiceAccountToken)
+	}
+	rules := job.Spec.PodFailurePolicy.Rules
+	if rules[0].Action != batchv1.PodFailurePolicyActionFailJob || !slices.Equal(rules[0].OnExitCodes.Values, []int32{2}) {
+		t.Errorf("permanent failures are retried: %+v", rules[0])
+	}
+	if c.TerminationMessagePath != corev1.TerminationMessagePathDefault || c.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("termination message %s %s", c.TerminationMessagePath, c.TerminationMessagePolicy)
+	}
+	if ref := metav1.GetControllerOf(job); ref == nil || ref.UID != "snap-uid" || ref.Kind != "EtcdSnapshot" {
+		t.Errorf("owner %+v", ref)
+	}
+	for _, obj := range []map[string]string{job.Labels, job.Spec.Template.Labels} {
+		if obj[LabelManagedBy] != ManagedBy || obj[LabelSnapshot] != "nightly" || obj[LabelCluster] != "db" {
+			t.Errorf("labels %v: the operator's cache holds only its own Jobs and Pods", obj)
+		}
+	}
+	if c.Resources.Limits.Memory().Value() != 256<<20 {
+		t.Errorf("memory limit %s", c.Resources.Limits.Memory())
+	}
+}
+
+func TestScheduledSnapshotJobCarriesRetention(t *testing.T) {
+	sched := &v1alpha2.EtcdSnapshotSchedule{ObjectMeta: metav1.ObjectMeta{Name: "hourly", UID: "sched-uid"},
+		Spec: v1alpha2.EtcdSnapshotScheduleSpec{Retention: &v1alpha2.SnapshotRetention{KeepLast: ptr.To[int32](7), MaxAge: "168h"}}}
+	env := envOf(SnapshotJob(snapshotOf(toS3), clusterWith(), sched, "op:1").Spec.Template.Spec.Containers[0])
+	for name, want := range map[string]string{"SCHEDULE_NAME": "hourly", "SCHEDULE_UID": "sched-uid", "RETENTION_KEEP_LAST": "7", "RETENTION_MAX_AGE": "168h"} {
+		if env[name].Value != want {
+			t.Errorf("%s = %q, want %q", name, env[name].Value, want)
+		}
+	}
+}
+
+func TestSnapshotJobNameFitsALabel(t *testing.T) {
+	long := strings.Repeat("a", 60)
+	for _, name := range []string{"s", long, long + "b"} {
+		j := SnapshotJobName(name)
+		if len(j) > 63 {
+			t.Errorf("%s: %d characters", j, len(j))
+		}
+	}
+	if SnapshotJobName(long) == SnapshotJobName(long+"b") {
+		t.Error("two long names share a Job name")
+	}
+}
+
+func restored(from v1alpha2.SnapshotLocation) func(*v1alpha2.EtcdMember) {
+	return func(m *v1alpha2.EtcdMember) {
+		m.Spec.Bootstrap = true
+		m.Spec.Restore = &v1alpha2.RestoreSpec{Source: from}
+	}
+}
+
+var restoreOpts = PodOptions{OperatorImage: "op:1", EtcdRepository: "reg/etcd"}
+
+func TestRestoreInitContainersFromS3(t *testing.T) {
+	pod := Pod(member(restored(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "e", Bucket: "b", Key: "k/x.db",
+		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}}})), restoreOpts)
+	inits := pod.Spec.InitContainers
+	if len(inits) != 2 || inits[0].Name != InstallToolsContainer || inits[1].Name != RestoreContainer {
+		t.Fatalf("init containers %+v", inits)
+	}
+	if inits[0].Image != "op:1" || inits[1].Image != "reg/etcd:v3.6.16" || inits[1].Command[0] != "/tools/etcd-operator" {
+		t.Errorf("install-tools %s, restore %s %v: the restore must run in the etcd image of the member's version",
+			inits[0].Image, inits[1].Image, inits[1].Command)
+	}
+	checkEnv(t, inits[1], map[string]string{"ETCD_DATA_DIR": "/var/lib/etcd", "ETCD_MEMBER_NAME": "db-abcde",
+		"ETCD_INITIAL_CLUSTER": "db-abcde=http://db-abcde.db.ns.svc:2380", "ETCD_INITIAL_CLUSTER_TOKEN": "tok",
+		"ETCD_PEER_URLS": "http://db-abcde.db.ns.svc:2380", "ETCD_VERSION": "3.6.16", "S3_KEY": "k/x.db"},
+		nil, map[string]string{"AWS_SECRET_ACCESS_KEY": "creds/AWS_SECRET_ACCESS_KEY"})
+	if f := envOf(inits[1])["ETCD_INITIAL_CLUSTER_STATE"].ValueFrom; f == nil || !strings.Contains(f.FieldRef.FieldPath, AnnotationInitialClusterState) {
+		t.Errorf("the restore does not read the Pod's initial cluster state: %+v", f)
+	}
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "restore-tools" && v.EmptyDir != nil }) {
+		t.Error("no tools volume")
+	}
+}
+
+func TestRestoreInitContainersFromAVolume(t *testing.T) {
+	pod := Pod(member(restored(v1alpha2.SnapshotLocation{PVC: &v1alpha2.PVCLocation{ClaimName: "backups", SubPath: "db/x.db"}})), restoreOpts)
+	checkEnv(t, pod.Spec.InitContainers[1], map[string]string{"PVC_MOUNT_PATH": "/restore/src", "PVC_SUBPATH": "db/x.db"}, []string{"S3_KEY"}, nil)
+	ok := slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "restore-src" && v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == "backups" && v.PersistentVolumeClaim.ReadOnly
+	})
+	if !ok {
+		t.Errorf("the source claim is not mounted read-only: %+v", pod.Spec.Volumes)
+	}
+}
+
+func TestNoRestoreNoInitContainers(t *testing.T) {
+	if pod := Pod(member(), restoreOpts); len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Volumes) != 1 {
+		t.Errorf("a member without a restore has init containers %v, volumes %v", pod.Spec.InitContainers, pod.Spec.Volumes)
+	}
+}
