@@ -137,7 +137,7 @@ test-sandbox: tools sandbox-deps ## The sandbox's own end-to-end tests (needs ro
 
 .PHONY: test-e2e
 test-e2e: tools sandbox-deps sandbox-bin image image-faults ## The operator's end-to-end suites on a sandbox of their own (needs root).
-	$(TOOLS_ENV) $(GO) test -count=1 -timeout 40m -parallel 4 ./test/e2e/...
+	$(TOOLS_ENV) $(GO) test -count=1 -timeout 75m -parallel 2 ./test/e2e/...
 
 .PHONY: bench
 bench: tools sandbox-deps sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -117,14 +118,16 @@ func (noHooks) Injecting() bool                            { return false }
 
 // runLife runs one manager until ctx ends: fresh caches, fresh controllers.
 func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metrics.Metrics, hooks lifeHooks) error {
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restCfg := ctrl.GetConfigOrDie()
+	watch := liveNamespaces(ctx, restCfg, opts.watchNamespaces)
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              "aa20b3a9.etcd-operator.cozystack.io",
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(opts.watchNamespaces),
+		Cache:                         cacheOptions(watch),
 		// Controller names are unique per process; a new life registers
 		// the same controllers again.
 		Controller: config.Controller{SkipNameValidation: ptr.To(hooks.Injecting())},
@@ -173,6 +176,39 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 		return err
 	}
 	return mgr.AddReadyzCheck("readyz", healthz.Ping)
+}
+
+// liveNamespaces drops from a watch list the namespaces that are gone or
+// being deleted: with namespaced rights their Role goes with them, their
+// cache could never sync, and the manager would never start its
+// controllers. (A namespace created again later is watched after the next
+// restart.) Namespaces that cannot be checked stay; so does the whole list
+// if none is left, rather than widen the watch to every namespace.
+func liveNamespaces(ctx context.Context, cfg *rest.Config, watch string) string {
+	if watch == "" {
+		return ""
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return watch
+	}
+	var live []string
+	for _, name := range strings.Split(watch, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		ns := &corev1.Namespace{}
+		err := c.Get(ctx, client.ObjectKey{Name: name}, ns)
+		if apierrors.IsNotFound(err) || (err == nil && ns.DeletionTimestamp != nil) {
+			ctrl.Log.Info("Not watching a namespace that is gone or being deleted", "namespace", name)
+			continue
+		}
+		live = append(live, name)
+	}
+	if len(live) == 0 {
+		return watch
+	}
+	return strings.Join(live, ",")
 }
 
 // cacheOptions scopes the cache: to the watched namespaces, and for Pods,

@@ -27,11 +27,20 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 	if cfg.Resolve != nil {
 		opts = append(opts, grpc.WithContextDialer(ResolvingDialer(cfg.Resolve)))
 	}
+	var token string
+	if cfg.Username != "" {
+		var err error
+		lctx, cancel := context.WithTimeout(ctx, 2*timeout)
+		token, err = Login(lctx, cfg, authenticate(cfg, opts))
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		TLS:         cfg.TLS,
-		Username:    cfg.Username,
-		Password:    cfg.Password,
+		Token:       token,
 		DialTimeout: timeout,
 		Context:     ctx,
 		Logger:      zap.NewNop(),

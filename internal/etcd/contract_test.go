@@ -37,6 +37,9 @@ type testCluster interface {
 	stop(t *testing.T, name string)
 	// client is dialled to the given members only.
 	client(t *testing.T, names ...string) etcd.Client
+	// dial dials cfg after turning member names in its endpoints and
+	// LoginVia into client URLs.
+	dial(t *testing.T, cfg etcd.Config) (etcd.Client, error)
 	// eventually polls cond while etcd's timers run (the fake's clock moves
 	// one second per poll).
 	eventually(t *testing.T, what string, cond func() (bool, string))
@@ -70,6 +73,44 @@ var scenarios = []scenario{
 	{"leadership moves only through the leader to a voter", moveLeader},
 	{"member list and status", memberListAndStatus},
 	{"cluster version and the downgrade API", clusterVersionAndDowngrade},
+	{"logging in goes through a voter, the token serves a learner", loginThroughVoter},
+}
+
+func loginThroughVoter(t *testing.T, c testCluster) {
+	c.start(t, "m0")
+	via := c.client(t, "m0")
+	if _, err := via.MemberAddAsLearner(ctxT(t), []string{c.peerURL("m1")}); err != nil {
+		t.Fatal(err)
+	}
+	c.start(t, "m1")
+	if err := via.EnableRootAuth(ctxT(t), "pw"); err != nil {
+		t.Fatal(err)
+	}
+	root := func(password string, via []string, names ...string) (etcd.Client, error) {
+		return c.dial(t, etcd.Config{Username: "root", Password: password, LoginVia: via, Endpoints: names})
+	}
+	if _, err := root("pw", nil, "m1"); err == nil {
+		t.Fatal("a learner logged root in")
+	}
+	_, err := root("wrong", []string{"m0"}, "m1")
+	mustIs(t, err, etcd.ErrAuthFailed, "logging in with a wrong password")
+	anonymous, err := c.dial(t, etcd.Config{Endpoints: []string{"m0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = anonymous.MemberList(ctxT(t))
+	mustIs(t, err, etcd.ErrAuthRequired, "listing members without logging in")
+	cl, err := root("pw", []string{"m0"}, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.eventually(t, "the learner's status, logged in through the voter", func() (bool, string) {
+		st, err := cl.Status(ctxT(t), c.clientURL("m1"))
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.IsLearner, fmt.Sprintf("%+v", st)
+	})
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -366,6 +407,19 @@ func (f *fakeCluster) start(t *testing.T, name string) {
 
 func (f *fakeCluster) stop(_ *testing.T, name string) { f.c.Stop(f.peerURL(name)) }
 
+func (f *fakeCluster) dial(_ *testing.T, cfg etcd.Config) (etcd.Client, error) {
+	cfg.Endpoints, cfg.LoginVia = urls(cfg.Endpoints, f.clientURL), urls(cfg.LoginVia, f.clientURL)
+	return f.c.Dialer()(context.Background(), cfg)
+}
+
+func urls(names []string, url func(string) string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, url(n))
+	}
+	return out
+}
+
 func (f *fakeCluster) client(t *testing.T, names ...string) etcd.Client {
 	cfg := etcd.Config{}
 	for _, n := range names {
@@ -540,6 +594,16 @@ func (c *realCluster) client(t *testing.T, names ...string) etcd.Client {
 	}
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+func (c *realCluster) dial(t *testing.T, cfg etcd.Config) (etcd.Client, error) {
+	cfg.Endpoints, cfg.LoginVia = urls(cfg.Endpoints, c.clientURL), urls(cfg.LoginVia, c.clientURL)
+	cfg.DialTimeout = 2 * time.Second
+	cl, err := etcd.Dial(context.Background(), cfg)
+	if err == nil {
+		t.Cleanup(func() { _ = cl.Close() })
+	}
+	return cl, err
 }
 
 func (c *realCluster) eventually(t *testing.T, what string, cond func() (bool, string)) {

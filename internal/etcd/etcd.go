@@ -96,6 +96,9 @@ type Config struct {
 	TLS       *tls.Config
 	Username  string
 	Password  string
+	// LoginVia are the endpoints to log in through before Endpoints (see
+	// Login): the voters, since a learner refuses to log anyone in.
+	LoginVia []string
 	// DialTimeout bounds connection establishment; 5s when zero.
 	DialTimeout time.Duration
 	// Resolve, if set, maps a member's host name to its address before DNS
@@ -185,6 +188,7 @@ func classify(err error) error {
 		// certificate's common name for the user; it may be no user.
 		{"user name not found", ErrAuthRequired},
 		{"authentication failed", ErrAuthFailed},
+		{"rpc not supported for learner", ErrLearnerRefused},
 		{"invalid auth token", ErrAuthFailed},
 	} {
 		if strings.Contains(msg, c.substr) {

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,8 +43,29 @@ func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster,
 			return cfg, err
 		}
 		cfg.Username, cfg.Password = build.RootUser, pw
+		cfg.LoginVia = voters(ctx, r, pods, c)
 	}
 	return cfg, nil
+}
+
+// voters are the client URLs of the cluster's voting members, the ones that
+// can log a user in. Read from the cache when there is one.
+func voters(ctx context.Context, r, cache client.Reader, c *v1alpha2.EtcdCluster) []string {
+	if cache == nil {
+		cache = r
+	}
+	list := &v1alpha2.EtcdMemberList{}
+	if err := cache.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{build.LabelCluster: c.Name}); err != nil {
+		return nil
+	}
+	var out []string
+	for i := range list.Items {
+		if m := &list.Items[i]; m.Status.IsVoter && m.DeletionTimestamp.IsZero() {
+			out = append(out, build.ClientURL(m))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // WantedPassword is the root password the user's Secret holds.

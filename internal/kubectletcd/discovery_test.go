@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
 )
 
 // selfSigned returns a PEM certificate and key that also serve as the CA.
@@ -241,5 +242,29 @@ func TestAuthErrorsSayWhatToDo(t *testing.T) {
 	}
 	if env.dialled[len(env.dialled)-1].Username != "root" {
 		t.Errorf("dialled without the user")
+	}
+}
+
+// A learner refuses to log anyone in: its row is read with a token that a
+// voter issued.
+func TestLearnerIsReadLoggedInThroughAVoter(t *testing.T) {
+	e := newFakeEtcd("c-a", "c-b")
+	e.user, e.password = "root", "pw"
+	e.members[1].IsLearner = true
+	auth := func(c *v1alpha2.EtcdCluster) {
+		c.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: "root"}}
+		c.Status.AuthEnabled = true
+	}
+	learner := func(p *corev1.Pod) { delete(p.Labels, build.LabelRole) }
+	env := newFakeEnv(t, e, cluster("c", auth), memberPod("c", "c-a"), memberPod("c", "c-b", learner),
+		secret("root", map[string]string{"password": "pw"}))
+	code, out, errOut := env.run("status", "-c", "c")
+	if code != 0 || strings.Contains(out+errOut, "learner") && strings.Contains(out+errOut, "not supported") {
+		t.Fatalf("status with a learner: exit %d, %q %q", code, out, errOut)
+	}
+	for _, cfg := range env.dialled {
+		if len(cfg.LoginVia) == 0 && strings.Contains(cfg.Endpoints[0], ":30001") {
+			t.Errorf("the learner was dialled without a voter to log in through: %+v", cfg)
+		}
 	}
 }

@@ -121,24 +121,48 @@ func (f *fakeEnv) Forward(_ context.Context, pod *corev1.Pod, port int) (int, fu
 	return local, func() {}, nil
 }
 
-func (f *fakeEnv) dial(_ context.Context, cfg etcd.Config) (etcd.Maintenance, error) {
+func (f *fakeEnv) dial(ctx context.Context, cfg etcd.Config) (etcd.Maintenance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dialled = append(f.dialled, cfg)
-	u, err := url.Parse(cfg.Endpoints[0])
+	pod, err := f.podAt(cfg.Endpoints[0])
 	if err != nil {
 		return nil, err
+	}
+	// clientv3 authenticates a user as it connects, through raft: a learner
+	// refuses (the real dialer then tries cfg.LoginVia).
+	if cfg.Username != "" {
+		_, err := etcd.Login(ctx, cfg, func(_ context.Context, ep string) (string, error) {
+			pod, err := f.podAt(ep)
+			switch {
+			case err != nil:
+				return "", err
+			case f.etcd.member(pod) != nil && f.etcd.member(pod).IsLearner:
+				return "", errors.New("etcdserver: rpc not supported for learner")
+			case cfg.Username != f.etcd.user || cfg.Password != f.etcd.password:
+				return "", errors.New("etcdserver: authentication failed, invalid user ID or password")
+			}
+			return "token", nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &fakeClient{e: f.etcd, pod: pod, cfg: cfg}, nil
+}
+
+// podAt is the Pod forwarded to an endpoint's port.
+func (f *fakeEnv) podAt(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", err
 	}
 	port, _ := strconv.Atoi(u.Port())
 	pod, ok := f.ports[port]
 	if !ok {
-		return nil, fmt.Errorf("nothing forwarded to port %d", port)
+		return "", fmt.Errorf("nothing forwarded to port %d", port)
 	}
-	// clientv3 authenticates a user as it connects.
-	if cfg.Username != "" && (cfg.Username != f.etcd.user || cfg.Password != f.etcd.password) {
-		return nil, fmt.Errorf("%w: etcdserver: authentication failed, invalid user ID or password", etcd.ErrAuthFailed)
-	}
-	return &fakeClient{e: f.etcd, pod: pod, cfg: cfg}, nil
+	return pod, nil
 }
 
 func (f *fakeEnv) deps() deps {

@@ -205,6 +205,7 @@ func (s *session) connect(ctx context.Context, pod *corev1.Pod) (*conn, error) {
 	endpoint := fmt.Sprintf("%s://%s", scheme, netJoin(u.Hostname(), local))
 	cl, err := s.dial(ctx, etcd.Config{
 		Endpoints:   []string{endpoint},
+		LoginVia:    s.loginVia(ctx, pod),
 		TLS:         s.sec.TLS,
 		Username:    s.sec.Username,
 		Password:    s.sec.Password,
@@ -221,6 +222,29 @@ func (s *session) connect(ctx context.Context, pod *corev1.Pod) (*conn, error) {
 	s.stops = append(s.stops, stop)
 	s.mu.Unlock()
 	return c, nil
+}
+
+// loginVia is the forwarded endpoint of a Ready voter to log in through
+// when pod is not known to be a voter: a learner refuses to log anyone in.
+func (s *session) loginVia(ctx context.Context, pod *corev1.Pod) []string {
+	if s.sec.Username == "" || pod.Labels[build.LabelRole] == build.RoleVoter {
+		return nil
+	}
+	s.mu.Lock()
+	var voters []*corev1.Pod
+	for _, p := range s.pods {
+		if p.Name != pod.Name && p.Labels[build.LabelRole] == build.RoleVoter && isReady(p) {
+			voters = append(voters, p)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(voters, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for _, v := range voters {
+		if c, err := s.connect(ctx, v); err == nil {
+			return []string{c.endpoint}
+		}
+	}
+	return nil
 }
 
 // candidates are the Pods to ask cluster-wide questions, best first: the -p

@@ -298,8 +298,15 @@ func podEndpoints(ns, cluster string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// With authentication only voters: logging in is a raft request that
+	// a learner refuses (the client Service selects voters for the same
+	// reason).
+	_, auth := clientPassword.Load(ns + "/" + cluster)
 	var out []string
 	for _, p := range pods {
+		if auth && p.Labels[build.LabelRole] != build.RoleVoter {
+			continue
+		}
 		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
 			out = append(out, fmt.Sprintf("%s://%s.%s.%s.svc:2379", scheme, p.Name, cluster, ns))
 		}

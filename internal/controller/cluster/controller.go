@@ -115,12 +115,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	res, stepErr := r.runSteps(ctx, w)
+	if err := r.reconcilePDB(ctx, w); err != nil && stepErr == nil {
+		stepErr = err
+	}
 	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, stepErr) {
 		// Everything in the namespace is going; creating more only fails.
 		return ctrl.Result{}, nil
-	}
-	if err := r.reconcilePDB(ctx, w); err != nil && stepErr == nil {
-		stepErr = err
 	}
 	if err := r.writeStatus(ctx, w); err != nil {
 		if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {

@@ -305,6 +305,7 @@ func TestRefusalIsOneEvent(t *testing.T) {
 // member and the cluster say why; with one, the seed's Pod restores first.
 func TestRestoreNeedsTheOperatorImage(t *testing.T) {
 	h := newHarness(t)
+	h.cluster.OperatorImage, h.member.OperatorImage = "", ""
 	h.createCluster("restore", 3, func(c *v1alpha2.EtcdCluster) {
 		c.Spec.Bootstrap = &v1alpha2.BootstrapSpec{Restore: &v1alpha2.RestoreSpec{Source: v1alpha2.SnapshotLocation{
 			PVC: &v1alpha2.PVCLocation{ClaimName: "snapshots", SubPath: "x.db"},
@@ -322,7 +323,7 @@ func TestRestoreNeedsTheOperatorImage(t *testing.T) {
 		t.Errorf("cluster Progressing = %+v, want reason %s", p, conditions.ReasonOperatorImageNotConfigured)
 	}
 
-	h.member.OperatorImage = "example.com/etcd-operator:test"
+	h.cluster.OperatorImage, h.member.OperatorImage = operatorImage, operatorImage
 	h.steps(2)
 	pod := &corev1.Pod{}
 	if err := h.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: ms[0].Name}, pod); err != nil {

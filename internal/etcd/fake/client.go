@@ -15,6 +15,8 @@ import (
 type client struct {
 	c   *Cluster
 	cfg etcd.Config
+	// token is what logging in at dial gave ("" when auth was off).
+	token string
 }
 
 var _ etcd.Client = (*client)(nil)
@@ -39,13 +41,25 @@ func (f *client) consensus() (*member, error) {
 	if f.c.leaderSeenBy(m) == 0 {
 		return nil, fmt.Errorf("fake: %s cannot reach a quorum: %w", m.Name, context.DeadlineExceeded)
 	}
-	if f.c.AuthOn && (f.cfg.Username != "root" || f.cfg.Password != f.c.RootPassword) {
-		if f.cfg.Username == "" {
-			return nil, etcd.ErrAuthRequired
-		}
-		return nil, etcd.ErrAuthFailed
+	if err := f.authInfo(); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// authInfo refuses a request without a valid token while auth is on, as
+// etcd does for every request but its own status reads without auth.
+// Enabling auth and changing the password invalidate earlier tokens.
+func (f *client) authInfo() error {
+	switch {
+	case !f.c.AuthOn:
+		return nil
+	case f.token == "":
+		return etcd.ErrAuthRequired
+	case f.token != f.c.currentToken():
+		return fmt.Errorf("%w: etcdserver: invalid auth token", etcd.ErrAuthFailed)
+	}
+	return nil
 }
 
 func (f *client) MemberList(context.Context) (*etcd.MemberList, error) {
@@ -209,6 +223,9 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 	if m == nil {
 		return nil, fmt.Errorf("fake: dial %s: connection refused", endpoint)
 	}
+	if err := f.authInfo(); err != nil {
+		return nil, err
+	}
 	st := &etcd.Status{
 		ClusterID: f.c.clusterID, MemberID: m.ID, Leader: f.c.leaderSeenBy(m),
 		RaftIndex: f.c.commit, RaftTerm: 2, RaftAppliedIndex: f.c.commit,
@@ -296,6 +313,7 @@ func (f *client) EnableRootAuth(_ context.Context, password string) error {
 		return err
 	}
 	f.c.AuthOn, f.c.RootPassword = true, password
+	f.c.authRevision++
 	return nil
 }
 
@@ -306,6 +324,7 @@ func (f *client) ChangeRootPassword(_ context.Context, password string) error {
 		return err
 	}
 	f.c.RootPassword = password
+	f.c.authRevision++
 	return nil
 }
 

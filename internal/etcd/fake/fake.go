@@ -20,6 +20,7 @@ package fake
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -65,6 +66,9 @@ type Cluster struct {
 	// AuthOn is whether auth is enabled; RootPassword the root password.
 	AuthOn       bool
 	RootPassword string
+	// authRevision counts enables and password changes: a token issued
+	// before the last one is refused.
+	authRevision int
 	// Dials counts Dial calls, to check that steady state dials nothing.
 	Dials int
 }
@@ -371,16 +375,48 @@ func (c *Cluster) QuorumConnected() bool {
 // real client it connects lazily: a cluster that cannot be reached fails the
 // first call, not the dial.
 func (c *Cluster) Dialer() etcd.Dialer {
-	return func(_ context.Context, cfg etcd.Config) (etcd.Client, error) {
+	return func(ctx context.Context, cfg etcd.Config) (etcd.Client, error) {
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		c.Dials++
+		c.mu.Unlock()
 		if len(cfg.Endpoints) == 0 {
 			return nil, fmt.Errorf("fake: no endpoints")
 		}
-		return &client{c: c, cfg: cfg}, nil
+		f := &client{c: c, cfg: cfg}
+		if cfg.Username != "" {
+			// The real client logs in at dial, member by member.
+			token, err := etcd.Login(ctx, cfg, func(_ context.Context, ep string) (string, error) { return c.authenticate(cfg, ep) })
+			if err != nil {
+				return nil, err
+			}
+			f.token = token
+		}
+		return f, nil
 	}
 }
+
+// authenticate logs a user in through one member as etcd does: through
+// raft, so a learner refuses and a member without a leader times out.
+func (c *Cluster) authenticate(cfg etcd.Config, endpoint string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.byClient(endpoint)
+	switch {
+	case m == nil:
+		return "", fmt.Errorf("fake: dial %s: connection refused", endpoint)
+	case !c.AuthOn:
+		return "", nil
+	case m.IsLearner:
+		return "", errors.New("etcdserver: rpc not supported for learner")
+	case c.leaderSeenBy(m) == 0:
+		return "", fmt.Errorf("fake: %s cannot reach a quorum: %w", m.Name, context.DeadlineExceeded)
+	case cfg.Username != "root" || cfg.Password != c.RootPassword:
+		return "", errors.New("etcdserver: authentication failed, invalid user ID or password")
+	}
+	return c.currentToken(), nil
+}
+
+func (c *Cluster) currentToken() string { return fmt.Sprintf("token-%d", c.authRevision) }
 
 func (c *Cluster) newID() uint64 {
 	for {
