@@ -37,13 +37,20 @@ func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster,
 	}
 	cfg.TLS = t
 	cfg.Resolve = podAddresses(ctx, pods, c)
-	if c.Status.AuthEnabled && build.AuthWanted(c) {
+	if build.AuthWanted(c) {
+		// Credentials go with every dial once there is a password, also
+		// before authentication is latched: etcd answers a login with
+		// "not enabled" then (the client goes on anonymous), and a cluster
+		// restored from a snapshot of a cluster with auth checks
+		// credentials from its first start.
 		pw, err := AppliedPassword(ctx, r, c)
-		if err != nil {
+		switch {
+		case err == nil:
+			cfg.Username, cfg.Password = build.RootUser, pw
+			cfg.LoginVia = voters(ctx, r, pods, c)
+		case c.Status.AuthEnabled:
 			return cfg, err
 		}
-		cfg.Username, cfg.Password = build.RootUser, pw
-		cfg.LoginVia = voters(ctx, r, pods, c)
 	}
 	return cfg, nil
 }

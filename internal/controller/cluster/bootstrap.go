@@ -93,6 +93,11 @@ func (r *Reconciler) completeSeed(ctx context.Context, w *world, seed *v1alpha2.
 func (r *Reconciler) discover(ctx context.Context, w *world, seed *v1alpha2.EtcdMember) (*ctrl.Result, error) {
 	if !ready(seed) {
 		w.working(seedProgress(seed))
+		if c := conditions.Get(seed.Status.Conditions, conditions.Ready); c != nil &&
+			(c.Reason == conditions.ReasonAuthRequiredNotConfigured || c.Reason == conditions.ReasonAuthCredentialsRejected) {
+			w.authProblem = &progress{c.Reason, fmt.Sprintf("Seed member %s: %s", seed.Name, c.Message)}
+			r.warnOnce(w, c.Reason, "Discover", w.authProblem.message)
+		}
 		return done(), nil
 	}
 	list, err := r.memberList(ctx, w, []*v1alpha2.EtcdMember{seed})

@@ -125,3 +125,24 @@ func TestAuthRequiredNotConfigured(t *testing.T) {
 		}
 	}
 }
+
+// A seed whose etcd checks credentials from its first start (restored from
+// a snapshot of a cluster with auth) and a spec without auth: nothing joins,
+// and the seed and the cluster say why.
+func TestSeedAskingForCredentialsIsReported(t *testing.T) {
+	h := newHarness(t)
+	h.etcd.AuthOn, h.etcd.RootPassword = true, "from the snapshot"
+	h.createCluster("c", 3)
+	h.steps(10)
+	ms := h.members("c")
+	if len(ms) != 1 {
+		t.Fatalf("%d members, want the seed alone", len(ms))
+	}
+	if r := conditions.Get(ms[0].Status.Conditions, conditions.Ready); r == nil || r.Reason != conditions.ReasonAuthRequiredNotConfigured {
+		t.Errorf("seed Ready = %+v", r)
+	}
+	c := h.getCluster("c")
+	if a := conditions.Get(c.Status.Conditions, conditions.Available); a == nil || a.Reason != conditions.ReasonAuthRequiredNotConfigured {
+		t.Errorf("cluster Available = %+v", a)
+	}
+}

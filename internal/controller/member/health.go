@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -78,7 +79,18 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
 	if err := r.readStatus(ctx, s); err != nil {
-		set(s, conditions.Ready, false, conditions.ReasonDiscoveringMemberID, "The pod is ready but etcd did not answer: "+err.Error())
+		reason, msg := conditions.ReasonDiscoveringMemberID, "The pod is ready but etcd did not answer: "+err.Error()
+		switch {
+		case errors.Is(err, etcd.ErrAuthRequired) && !build.AuthWanted(s.cluster):
+			// A cluster restored from a snapshot of one with auth, or
+			// given users by hand.
+			reason, msg = conditions.ReasonAuthRequiredNotConfigured, "etcd asks for credentials and spec.auth gives none: "+err.Error()
+		case errors.Is(err, etcd.ErrAuthFailed) && !strings.Contains(err.Error(), "invalid auth token"):
+			// (A token is invalid for a moment on a learner that has not
+			// applied the login yet.)
+			reason, msg = conditions.ReasonAuthCredentialsRejected, "etcd refuses the root credentials the operator has: "+err.Error()
+		}
+		set(s, conditions.Ready, false, reason, msg)
 		return ctrl.Result{RequeueAfter: retryStatus}, nil
 	}
 	set(s, conditions.Ready, true, conditions.ReasonPodReady, "etcd is serving")

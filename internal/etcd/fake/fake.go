@@ -404,10 +404,10 @@ func (c *Cluster) authenticate(cfg etcd.Config, endpoint string) (string, error)
 	switch {
 	case m == nil:
 		return "", fmt.Errorf("fake: dial %s: connection refused", endpoint)
-	case !c.AuthOn:
-		return "", nil
 	case m.IsLearner:
 		return "", errors.New("etcdserver: rpc not supported for learner")
+	case !c.AuthOn:
+		return "", nil
 	case c.leaderSeenBy(m) == 0:
 		return "", fmt.Errorf("fake: %s cannot reach a quorum: %w", m.Name, context.DeadlineExceeded)
 	case cfg.Username != "root" || cfg.Password != c.RootPassword:
