@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +25,9 @@ import (
 // TestAuthentication runs a server-TLS cluster with etcd authentication
 // and a client writing as root: authentication comes on once the cluster
 // formed; a client without credentials (or with a wrong password) is
-// refused, root is served; membership changes go on; a new password in the
-// Secret is applied to etcd, after which the old one is refused.
+// refused, root is served; membership changes, pause and resume go on; a
+// new password in the Secret is applied to etcd, after which the old one is
+// refused.
 func TestAuthentication(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, "e2e-auth")
@@ -75,6 +77,18 @@ func TestAuthentication(t *testing.T) {
 	waitReconciled(t, ns, name, 3, 4*time.Minute)
 	w.mark("scaled")
 	w.requireWritesAfter("scaled", 10, time.Minute)
+
+	// Pause and resume: the dormant member comes back and logs in.
+	setReplicas(t, ns, name, 0)
+	waitReconciled(t, ns, name, 0, 3*time.Minute)
+	eventually(t, 2*time.Minute, "no pods left in the paused cluster", func() (bool, string) {
+		n := len(pods(t, ns, name))
+		return n == 0, fmt.Sprintf("%d pods", n)
+	})
+	setReplicas(t, ns, name, 3)
+	waitReconciled(t, ns, name, 3, 4*time.Minute)
+	w.mark("resumed")
+	w.requireWritesAfter("resumed", 10, time.Minute)
 
 	// A new password.
 	second := "second-password"

@@ -35,8 +35,29 @@ func namespace(t *testing.T, name string) string {
 		if t.Failed() {
 			dumpNamespace(t, name)
 		}
+		release(t, name)
 	})
 	return name
+}
+
+// release deletes what a finished suite left running in its namespace (its
+// clusters, snapshots and servers), without waiting: dozens of idle etcd
+// clusters starve a small machine, and the suites still running with them.
+// The namespace itself stays: the operator watches it.
+func release(t *testing.T, ns string) {
+	if out, err := kubectl("-n", ns, "delete", "--wait=false", "--ignore-not-found",
+		"etcdclusters,etcdsnapshotschedules,etcdsnapshots,deployments,statefulsets,jobs", "--all"); err != nil {
+		t.Logf("releasing namespace %s: %v: %s", ns, err, out)
+	}
+	list := &corev1.PodList{}
+	if err := k.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range list.Items {
+		if p := &list.Items[i]; len(p.OwnerReferences) == 0 {
+			_ = k.Delete(context.Background(), p)
+		}
+	}
 }
 
 func dumpNamespace(t *testing.T, ns string) {
