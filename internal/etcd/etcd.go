@@ -136,6 +136,9 @@ var (
 	ErrAuthRequired = errors.New("etcd: authentication required")
 	// ErrAuthFailed: the credentials were rejected.
 	ErrAuthFailed = errors.New("etcd: authentication failed")
+	// ErrAuthTokenInvalid: the member does not know the token (yet: a
+	// learner that has not applied the login). It is an ErrAuthFailed.
+	ErrAuthTokenInvalid = fmt.Errorf("%w: invalid auth token", ErrAuthFailed)
 )
 
 // FormatID renders a member or cluster ID the way the API stores it.
@@ -189,7 +192,7 @@ func classify(err error) error {
 		{"user name not found", ErrAuthRequired},
 		{"authentication failed", ErrAuthFailed},
 		{"rpc not supported for learner", ErrLearnerRefused},
-		{"invalid auth token", ErrAuthFailed},
+		{"invalid auth token", ErrAuthTokenInvalid},
 	} {
 		if strings.Contains(msg, c.substr) {
 			return fmt.Errorf("%w: %s", c.as, msg)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -129,9 +130,18 @@ func removeDirectly(t *testing.T, ns, name, member string) {
 	}
 	for _, m := range list.Members {
 		if m.Name == member {
-			if _, err := c.MemberRemove(ctx, m.ID); err != nil {
-				t.Fatal(err)
-			}
+			// etcd refuses a removal while a voter has been connected for
+			// less than 5 s (a member that just joined or restarted), as
+			// it would refuse anyone: wait that out.
+			eventually(t, time.Minute, "etcd removes "+member, func() (bool, string) {
+				rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer rcancel()
+				_, err := c.MemberRemove(rctx, m.ID)
+				if err != nil && !errors.Is(etcd.Classify(err), etcd.ErrUnhealthy) {
+					t.Fatal(err)
+				}
+				return err == nil, fmt.Sprint(err)
+			})
 			return
 		}
 	}

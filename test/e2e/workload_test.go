@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -85,8 +86,11 @@ func (w *writer) run() {
 			c = w.reconnect(c)
 			refresh = time.Now()
 		}
-		if c != nil {
-			w.put(c, seq)
+		if c != nil && w.put(c, seq) {
+			// Logged in with a password that changed: dial again with
+			// the current one, as a client would.
+			_ = c.Close()
+			c = nil
 		}
 	}
 }
@@ -108,7 +112,9 @@ func (w *writer) reconnect(c *clientv3.Client) *clientv3.Client {
 	return nc
 }
 
-func (w *writer) put(c *clientv3.Client, seq int) {
+// put writes one key and reports whether the client's credentials were
+// refused.
+func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
 	key, value := fmt.Sprintf("e2e/%s/%08d", w.cluster, seq), fmt.Sprintf("v%d-%d", seq, time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -118,10 +124,11 @@ func (w *writer) put(c *clientv3.Client, seq int) {
 	if err != nil {
 		w.failed++
 		w.lastErr = err
-		return
+		return errors.Is(etcd.Classify(err), etcd.ErrAuthFailed)
 	}
 	w.acked[key] = value
 	w.ackedAt = append(w.ackedAt, time.Now())
+	return false
 }
 
 // mark remembers the moment a phase of the scenario begins ("disrupted",

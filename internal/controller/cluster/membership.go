@@ -103,6 +103,10 @@ func (r *Reconciler) retryable(ctx context.Context, w *world, what string, err e
 		log.FromContext(ctx).V(1).Info("etcd asks to wait", "step", what, "error", err.Error())
 		return stop(etcdRetry), nil
 	}
+	if r.authProblem(w, what, err) {
+		// Retried on the longer timer: credentials change by hand.
+		return stop(retryAuth), nil
+	}
 	logf(ctx, w)("Membership step failed; retrying", "step", what, "error", err.Error())
 	msg := fmt.Sprintf("%s failed (will retry): %v", what, err)
 	w.working("MembershipStepFailed", msg)
@@ -114,20 +118,30 @@ func (r *Reconciler) retryable(ctx context.Context, w *world, what string, err e
 // unreachable records that etcd could not be asked.
 func (r *Reconciler) unreachable(w *world, err error) {
 	w.unreachable = err
+	r.authProblem(w, "ReadMembership", err)
+}
+
+// authProblem records (and reports once) an error that says etcd wants
+// credentials the operator does not have. A cluster restored from a snapshot
+// of one with auth may answer reads without them (with mutual TLS etcd takes
+// the client certificate's name for the user) and refuse only a membership
+// change.
+func (r *Reconciler) authProblem(w *world, action string, err error) bool {
 	c := w.cluster
 	switch {
 	case errors.Is(err, etcd.ErrAuthRequired) && !build.AuthWanted(c):
 		w.authProblem = &progress{conditions.ReasonAuthRequiredNotConfigured,
-			"etcd requires authentication, but spec.auth does not enable it: this cluster's etcd was given users by hand; " +
-				"the operator cannot manage it without the root password"}
+			"etcd requires authentication, but spec.auth does not enable it (users were given to etcd by hand, or the cluster " +
+				"was restored from a snapshot of one with auth): the operator cannot manage it without the root password"}
 	case errors.Is(err, etcd.ErrAuthRequired) || errors.Is(err, etcd.ErrAuthFailed):
 		w.authProblem = &progress{conditions.ReasonAuthCredentialsRejected,
 			fmt.Sprintf("etcd refuses the root password the operator has (Secret %s, else Secret %s): %v",
 				build.AppliedPasswordSecretName(c.Name), c.Spec.Auth.RootCredentialsSecretRef.Name, err)}
 	default:
-		return
+		return false
 	}
-	r.warnOnce(w, w.authProblem.reason, "ReadMembership", w.authProblem.message)
+	r.warnOnce(w, w.authProblem.reason, action, w.authProblem.message)
+	return true
 }
 
 // memberList asks the given members (or the healthy voters) for etcd's

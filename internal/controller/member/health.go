@@ -85,7 +85,7 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 			// A cluster restored from a snapshot of one with auth, or
 			// given users by hand.
 			reason, msg = conditions.ReasonAuthRequiredNotConfigured, "etcd asks for credentials and spec.auth gives none: "+err.Error()
-		case errors.Is(err, etcd.ErrAuthFailed) && !strings.Contains(err.Error(), "invalid auth token"):
+		case errors.Is(err, etcd.ErrAuthFailed) && !errors.Is(err, etcd.ErrAuthTokenInvalid):
 			// (A token is invalid for a moment on a learner that has not
 			// applied the login yet.)
 			reason, msg = conditions.ReasonAuthCredentialsRejected, "etcd refuses the root credentials the operator has: "+err.Error()

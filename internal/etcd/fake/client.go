@@ -57,7 +57,7 @@ func (f *client) authInfo() error {
 	case f.token == "":
 		return etcd.ErrAuthRequired
 	case f.token != f.c.currentToken():
-		return fmt.Errorf("%w: etcdserver: invalid auth token", etcd.ErrAuthFailed)
+		return etcd.ErrAuthTokenInvalid
 	}
 	return nil
 }
