@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,17 +70,33 @@ func (p *Plan) members(c *v1alpha2.EtcdCluster) []*v1alpha2.EtcdMember {
 		m.Status = v1alpha2.EtcdMemberStatus{MemberID: etcd.FormatID(lm.ID), IsVoter: true, PVCName: build.PVCName(lm.Name)}
 		if lm.Pod != nil {
 			m.Status.PodName, m.Status.PodUID = lm.Pod.Name, string(lm.Pod.UID)
+			m.Annotations[build.AnnotationRunAsUser] = strconv.FormatInt(etcdUser(lm.Pod), 10)
 		}
 		out = append(out, m)
 	}
 	return out
 }
 
+// etcdUser is the user a legacy Pod runs etcd as, which owns the data it
+// wrote: the etcd container's runAsUser, else the Pod's, else root (the
+// legacy operator sets neither, and etcd's images run as root).
+func etcdUser(p *corev1.Pod) int64 {
+	for _, c := range p.Spec.Containers {
+		if c.Name == "etcd" && c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+			return *c.SecurityContext.RunAsUser
+		}
+	}
+	if sc := p.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
+		return *sc.RunAsUser
+	}
+	return 0
+}
+
 // standingRisks are what changes for the cluster's users in every adoption.
 func standingRisks(lv *Live) []string {
 	l := lv.Legacy
 	out := []string{
-		fmt.Sprintf("the adopted Pods keep their legacy spec (image, flags, probes, volumes at /var/run/etcd) until the operator restarts them for a change of version, resources or options; it then renders its own Pod on the same claim, with the data under %s", build.DataDir+"/"+LegacyDataSubPath),
+		fmt.Sprintf("the adopted Pods keep their legacy spec (image, flags, probes, volumes at /var/run/etcd) until the operator restarts them for a change of version, resources or options; it then renders its own Pod on the same claim, with the data under %s and etcd running as the user the legacy Pod ran it as (root unless the legacy Pod named a user: the data belongs to that user; annotation %s); members the operator adds run as its own non-root user", build.DataDir+"/"+LegacyDataSubPath, build.AnnotationRunAsUser),
 		fmt.Sprintf("the adopted members' DNS names stay under the legacy headless Service %s, which passes to the EtcdCluster: do not delete it while an adopted member remains; new members live under %s", l.HeadlessService(), l.Name()),
 		"between the StatefulSet's retirement and the operator's start nothing recreates a deleted Pod: scale the operator up right after the tool finishes",
 		"the legacy PodDisruptionBudget (if any) is replaced by the operator's, which keeps a majority of the voters",

@@ -220,9 +220,16 @@ func TestPlanMembers(t *testing.T) {
 		lv.Members = append(lv.Members, LiveMember{Name: name, ID: uint64(i + 1), Pod: pod, PVC: pvc,
 			PeerURL: "https://" + name + ".db-headless.ns.svc:2380"})
 	}
+	// One legacy Pod names its user (a podTemplate override).
+	lv.Members[2].Pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000)}
 	p := NewPlan(lv, "3.5.35")
 	if len(p.Refusals()) != 0 {
 		t.Fatalf("refusals %v", p.Refusals())
+	}
+	for i, want := range []string{"0", "0", "1000"} {
+		if got := p.Members[i].Annotations[build.AnnotationRunAsUser]; got != want {
+			t.Errorf("member %s runs as %q, its legacy Pod ran as %s", p.Members[i].Name, got, want)
+		}
 	}
 	c := p.Cluster
 	if c.Status.ClusterID != "0000000000000abc" || c.Status.ClusterToken != "db-ns" || c.Status.Observed == nil || c.Status.Observed.Replicas != 3 {
