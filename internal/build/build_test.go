@@ -146,6 +146,35 @@ func TestPod(t *testing.T) {
 	}
 }
 
+// An adopted member's data belongs to the user its legacy Pod ran as: the
+// operator's Pod runs as that user, without an fsGroup (which could not
+// make root's 0700 data directory readable on a volume that ignores it).
+func TestAdoptedPodRunsAsItsDataOwner(t *testing.T) {
+	cases := []struct {
+		annotation string
+		uid        int64
+		nonRoot    bool
+		fsGroup    bool
+	}{
+		{"", etcdUID, true, true},
+		{"0", 0, false, false},
+		{"1000", 1000, true, false},
+		{"-1", etcdUID, true, true},
+		{"root", etcdUID, true, true},
+	}
+	for _, c := range cases {
+		m := member(func(m *v1alpha2.EtcdMember) {
+			if c.annotation != "" {
+				m.Annotations = map[string]string{AnnotationRunAsUser: c.annotation}
+			}
+		})
+		sc := Pod(m, PodOptions{}).Spec.SecurityContext
+		if *sc.RunAsUser != c.uid || *sc.RunAsNonRoot != c.nonRoot || (sc.FSGroup != nil) != c.fsGroup || sc.SeccompProfile == nil {
+			t.Errorf("annotation %q: security context %+v", c.annotation, sc)
+		}
+	}
+}
+
 func TestMemoryPodUsesTmpfs(t *testing.T) {
 	m := member(func(m *v1alpha2.EtcdMember) {
 		m.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: resource.MustParse("64Mi")}

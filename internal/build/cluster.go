@@ -3,6 +3,7 @@ package build
 import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -185,5 +186,35 @@ func resolveClientTLS(cluster string, t *v1alpha2.ClientTLS, out *v1alpha2.Membe
 	if cm := t.CertManager; cm != nil {
 		out.ClientServerSecretRef = &corev1.LocalObjectReference{Name: ServerTLSSecretName(cluster)}
 		out.ClientMTLS = cm.OperatorClientIssuerRef != nil
+	}
+}
+
+// Replicas is the number of members a spec asks for (3 when unset).
+func Replicas(s *v1alpha2.EtcdClusterSpec) int32 {
+	if s.Replicas == nil {
+		return 3
+	}
+	return *s.Replicas
+}
+
+// Observe copies the parts of a spec that the operator acts on: the target
+// it latches. etcd-migrate latches an adopted cluster's first target with it
+// too, so that the operator finds its members up to date and restarts none.
+func Observe(s *v1alpha2.EtcdClusterSpec) *v1alpha2.ObservedClusterSpec {
+	s = s.DeepCopy()
+	storage := s.Storage
+	if storage.Size.IsZero() {
+		storage.Size = resource.MustParse("1Gi")
+	}
+	return &v1alpha2.ObservedClusterSpec{
+		Replicas:                  Replicas(s),
+		Version:                   s.Version,
+		Storage:                   storage,
+		Resources:                 s.Resources,
+		Affinity:                  s.Affinity,
+		TopologySpreadConstraints: s.TopologySpreadConstraints,
+		AdditionalMetadata:        s.AdditionalMetadata,
+		Options:                   s.Options,
+		ImagePullSecrets:          s.ImagePullSecrets,
 	}
 }

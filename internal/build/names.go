@@ -29,6 +29,13 @@ const (
 	AnnotationHeadlessService = Prefix + "headless-service-name"
 	// AnnotationDataDirSubPath puts the data directory under /var/lib/etcd/<subpath>.
 	AnnotationDataDirSubPath = Prefix + "data-dir-subpath"
+	// AnnotationRunAsUser on an adopted member is the user its legacy Pod ran
+	// etcd as (stamped by etcd-migrate; "0" when the legacy Pod named none,
+	// as etcd's images run as root). The data on its claim belongs to that
+	// user, so the operator's Pod for the member runs etcd as that user too,
+	// without an fsGroup, rather than as its own non-root user, which could
+	// not open the data directory.
+	AnnotationRunAsUser = Prefix + "run-as-user"
 	// AnnotationPeerAutoTLS on a cluster runs the peer plane with --peer-auto-tls.
 	AnnotationPeerAutoTLS = Prefix + "peer-auto-tls"
 	// AnnotationInitialClusterState on a member Pod feeds etcd's

@@ -2,6 +2,7 @@ package build
 
 import (
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -68,16 +69,10 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 			ImagePullSecrets:             m.Spec.ImagePullSecrets,
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](etcdUID),
-				RunAsGroup:     ptr.To[int64](etcdUID),
-				FSGroup:        ptr.To[int64](etcdUID),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			InitContainers: append(joinGate(m, opts), restoreInitContainers(m, opts)...),
-			Containers:     []corev1.Container{etcdContainer(m, opts)},
-			Volumes:        append(volumes(m), restoreVolumes(m, opts)...),
+			SecurityContext:              podSecurity(m),
+			InitContainers:               append(joinGate(m, opts), restoreInitContainers(m, opts)...),
+			Containers:                   []corev1.Container{etcdContainer(m, opts)},
+			Volumes:                      append(volumes(m), restoreVolumes(m, opts)...),
 		},
 	}
 	if opts.SecretHashes != "" {
@@ -294,4 +289,35 @@ func PVC(m *v1alpha2.EtcdMember) *corev1.PersistentVolumeClaim {
 			}},
 		},
 	}
+}
+
+// podSecurity runs etcd as the operator's non-root user, owning the volume
+// through fsGroup; an adopted member's Pod runs as the user its data belongs
+// to (AnnotationRunAsUser).
+func podSecurity(m *v1alpha2.EtcdMember) *corev1.PodSecurityContext {
+	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	if uid, ok := AdoptedUser(m); ok {
+		return &corev1.PodSecurityContext{RunAsUser: ptr.To(uid), RunAsNonRoot: ptr.To(uid != 0), SeccompProfile: seccomp}
+	}
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](etcdUID),
+		RunAsGroup:     ptr.To[int64](etcdUID),
+		FSGroup:        ptr.To[int64](etcdUID),
+		SeccompProfile: seccomp,
+	}
+}
+
+// AdoptedUser returns the user an adopted member's data belongs to, if the
+// member carries a valid AnnotationRunAsUser.
+func AdoptedUser(m *v1alpha2.EtcdMember) (int64, bool) {
+	v, ok := m.Annotations[AnnotationRunAsUser]
+	if !ok {
+		return 0, false
+	}
+	uid, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || uid < 0 {
+		return 0, false
+	}
+	return uid, true
 }

@@ -30,7 +30,8 @@ type apiForwarder struct {
 	pods   rest.Interface
 }
 
-func newAPIForwarder(config *rest.Config) (*apiForwarder, error) {
+// NewAPIForwarder returns a Forwarder through the API server of config.
+func NewAPIForwarder(config *rest.Config) (*apiForwarder, error) {
 	cs, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, err

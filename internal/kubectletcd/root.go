@@ -177,7 +177,7 @@ func kubeDeps(o *Options) (deps, error) {
 	if err != nil {
 		return deps{}, fmt.Errorf("connecting to the API server: %w", err)
 	}
-	fw, err := newAPIForwarder(cfg)
+	fw, err := NewAPIForwarder(cfg)
 	if err != nil {
 		return deps{}, err
 	}

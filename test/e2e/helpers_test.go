@@ -24,7 +24,7 @@ import (
 // what is in it.
 func namespace(t *testing.T, name string) string {
 	t.Helper()
-	if !slices.Contains(suiteNamespaces, name) && name != crashNS && name != scheduleNS {
+	if !slices.Contains(suiteNamespaces, name) && name != crashNS && name != scheduleNS && name != migrateNS && name != migrateRefusalsNS {
 		t.Fatalf("namespace %s is not watched by the operator: add it to suiteNamespaces", name)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -81,6 +81,35 @@ func dumpNamespace(t *testing.T, ns string) {
 		mine = mine[len(mine)-300:]
 	}
 	t.Logf("operator log lines of %s:\n%s", ns, strings.Join(mine, "\n"))
+	dumpCrashes(t, ns)
+}
+
+// dumpCrashes logs, for every container of the namespace that has
+// restarted, its last termination message and the tail of its previous
+// run's log; and the log of any operator that runs in the namespace itself.
+func dumpCrashes(t *testing.T, ns string) {
+	list := &corev1.PodList{}
+	if err := k.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for _, p := range list.Items {
+		if strings.Contains(p.Name, "etcd-operator") {
+			out, _ := kubectl("-n", ns, "logs", p.Name, "--all-containers", "--tail=300")
+			t.Logf("log of operator pod %s/%s:\n%s", ns, p.Name, out)
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount == 0 {
+				continue
+			}
+			if last := cs.LastTerminationState.Terminated; last != nil {
+				t.Logf("pod %s container %s: %d restarts, last exit %d (%s), termination message:\n%s",
+					p.Name, cs.Name, cs.RestartCount, last.ExitCode, last.Reason, last.Message)
+			}
+			out, _ := kubectl("-n", ns, "logs", p.Name, "-c", cs.Name, "--previous", "--tail=40")
+			t.Logf("pod %s container %s, previous run's log tail:\n%s", p.Name, cs.Name, out)
+		}
+	}
 }
 
 // eventually polls cond until it holds or the timeout passes. cond returns

@@ -266,6 +266,11 @@ func (w *writer) count() int {
 // by namespace/name; the suites of such clusters register it.
 var clientTLS sync.Map
 
+// podSelectors holds, by namespace/name, the labels to find a cluster's
+// Pods by when they are not the operator's own (a legacy cluster's Pods lack
+// its cluster label until they are adopted).
+var podSelectors sync.Map
+
 // clientPassword holds the root password (an *atomic.Pointer[string]) of
 // clusters with authentication, by namespace/name.
 var clientPassword sync.Map
@@ -274,7 +279,11 @@ var clientPassword sync.Map
 // writer's goroutine.
 func clusterPods(ns, cluster string) (map[string]corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+	selector := client.MatchingLabels{build.LabelCluster: cluster}
+	if v, ok := podSelectors.Load(ns + "/" + cluster); ok {
+		selector = v.(client.MatchingLabels)
+	}
+	if err := k.List(context.Background(), list, client.InNamespace(ns), selector); err != nil {
 		return nil, err
 	}
 	out := map[string]corev1.Pod{}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -60,31 +59,9 @@ func progressDeadlineSeconds(s *v1alpha2.EtcdClusterSpec) int32 {
 	return *s.ProgressDeadlineSeconds
 }
 
-func replicas(s *v1alpha2.EtcdClusterSpec) int32 {
-	if s.Replicas == nil {
-		return 3
-	}
-	return *s.Replicas
-}
-
 // observe copies the parts of the spec that the operator acts on.
 func observe(s *v1alpha2.EtcdClusterSpec) *v1alpha2.ObservedClusterSpec {
-	s = s.DeepCopy()
-	storage := s.Storage
-	if storage.Size.IsZero() {
-		storage.Size = resource.MustParse("1Gi")
-	}
-	return &v1alpha2.ObservedClusterSpec{
-		Replicas:                  replicas(s),
-		Version:                   s.Version,
-		Storage:                   storage,
-		Resources:                 s.Resources,
-		Affinity:                  s.Affinity,
-		TopologySpreadConstraints: s.TopologySpreadConstraints,
-		AdditionalMetadata:        s.AdditionalMetadata,
-		Options:                   s.Options,
-		ImagePullSecrets:          s.ImagePullSecrets,
-	}
+	return build.Observe(s)
 }
 
 // specChanged reports whether the spec asks for something the target lacks.

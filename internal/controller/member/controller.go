@@ -264,6 +264,9 @@ func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error)
 		r.setNotReady(s, "PodNotOwned", fmt.Sprintf("Pod %s exists but belongs to something else; delete it so the member can start", s.pod.Name))
 		return ctrl.Result{}, nil
 	}
+	if adoptedPodFailing(s.pod) {
+		return r.replaceAdoptedPod(ctx, s)
+	}
 	if err := r.syncPod(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}

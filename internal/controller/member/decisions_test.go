@@ -309,6 +309,37 @@ type discard struct{}
 
 func (discard) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
 
+func TestAdoptedPodFailing(t *testing.T) {
+	failed := func(restarts int32, exit int32, running bool) *corev1.Pod {
+		cs := corev1.ContainerStatus{Name: build.EtcdContainer, RestartCount: restarts,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit}}}
+		if running {
+			cs.State.Running = &corev1.ContainerStateRunning{}
+		} else {
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		}
+		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{cs}}}
+	}
+	ours := failed(5, 2, false)
+	ours.Annotations = map[string]string{build.AnnotationTemplateHash: "abc"}
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"adopted, crash-looping", failed(3, 2, false), true},
+		{"adopted, failed twice so far", failed(2, 2, false), false},
+		{"adopted, running again after failures", failed(5, 2, true), false},
+		{"adopted, stopped cleanly", failed(5, 0, false), false},
+		{"the operator's own Pod, crash-looping", ours, false},
+	}
+	for _, tc := range cases {
+		if got := adoptedPodFailing(tc.pod); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // A member's Pod waits for the Secrets it mounts, and for every key it reads
 // from them; the condition names the Secret and the key. Once they are
 // there, the Pod records their material.

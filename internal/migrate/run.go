@@ -1,0 +1,195 @@
+package migrate
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Options are the command line of etcd-migrate.
+type Options struct {
+	// Namespace limits the run to one namespace; empty means all.
+	Namespace string
+	Apply     bool
+	Yes       bool
+	// LegacyOperator and Operator are namespace/name of the two operators'
+	// Deployments, which must be scaled to zero before --apply.
+	LegacyOperator string
+	Operator       string
+	// SkipOperatorCheck skips that check (for operators not run as a
+	// Deployment).
+	SkipOperatorCheck bool
+	// Version overrides the version read from the running image.
+	Version    string
+	SkipBackup bool
+	BackupDir  string
+	// StopAfter (hidden) ends the run after the named step.
+	StopAfter string
+}
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailed  = 1
+	ExitStopped = 3
+)
+
+// Run discovers the legacy clusters, prints the plan of each and, with
+// --apply, carries out the plans that nothing refuses. It returns the exit
+// code.
+func Run(ctx context.Context, env Env, o Options, in io.Reader, out, errOut io.Writer) int {
+	legacies, err := listLegacy(ctx, env.Client, o.Namespace)
+	if err != nil {
+		fmt.Fprintln(errOut, "Error:", err)
+		return ExitFailed
+	}
+	if len(legacies) == 0 {
+		fmt.Fprintln(out, "No etcd.aenix.io/v1alpha1 EtcdCluster found: nothing to migrate.")
+		return ExitOK
+	}
+	var plans []*Plan
+	refused := 0
+	for _, l := range legacies {
+		p := NewPlan(Inspect(ctx, env, l), o.Version)
+		if err := p.Render(out); err != nil {
+			fmt.Fprintln(errOut, "Error:", err)
+			return ExitFailed
+		}
+		if len(p.Refusals()) > 0 {
+			refused++
+			continue
+		}
+		plans = append(plans, p)
+	}
+	if !o.Apply {
+		fmt.Fprintf(out, "Dry run: nothing was changed. %d cluster(s) can be adopted, %d refused. Run again with --apply to adopt.\n", len(plans), refused)
+		return exitFor(refused)
+	}
+	return apply(ctx, env, o, plans, refused, in, out, errOut)
+}
+
+func apply(ctx context.Context, env Env, o Options, plans []*Plan, refused int, in io.Reader, out, errOut io.Writer) int {
+	if len(plans) == 0 {
+		fmt.Fprintln(out, "Nothing to adopt.")
+		return exitFor(refused)
+	}
+	if !o.SkipOperatorCheck {
+		for _, ref := range []string{o.LegacyOperator, o.Operator} {
+			if err := scaledDown(ctx, env.Client, ref); err != nil {
+				fmt.Fprintln(errOut, "Error:", err)
+				return ExitFailed
+			}
+		}
+	}
+	if !o.Yes && !confirm(in, out, len(plans)) {
+		fmt.Fprintln(out, "Aborted: nothing was changed.")
+		return ExitFailed
+	}
+	backupDir := o.BackupDir
+	if o.SkipBackup {
+		backupDir = ""
+	}
+	failed := 0
+	for _, p := range plans {
+		err := Apply(ctx, env, p, ApplyOptions{BackupDir: backupDir, StopAfter: o.StopAfter, Log: out})
+		switch {
+		case errors.Is(err, ErrStopped):
+			fmt.Fprintf(out, "Stopped after step %s, as asked.\n", o.StopAfter)
+			return ExitStopped
+		case err != nil:
+			failed++
+			fmt.Fprintf(errOut, "Error: adopting %s/%s: %v; run etcd-migrate again to finish it\n", p.Live.Legacy.Namespace(), p.Live.Legacy.Name(), err)
+		default:
+			fmt.Fprintf(out, "Adopted %s/%s.\n", p.Live.Legacy.Namespace(), p.Live.Legacy.Name())
+		}
+	}
+	fmt.Fprintf(out, "Done: %d adopted, %d failed, %d refused. NEXT: scale the new operator (%s) up; it takes the adopted clusters over without restarting them. The legacy CRDs are left installed.\n",
+		len(plans)-failed, failed, refused, o.Operator)
+	return exitFor(refused + failed)
+}
+
+func exitFor(problems int) int {
+	if problems > 0 {
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+func confirm(in io.Reader, out io.Writer, n int) bool {
+	fmt.Fprintf(out, "Adopt %d cluster(s) as shown above? [y/N] ", n)
+	line, _ := bufio.NewReader(in).ReadString('\n')
+	answer := strings.ToLower(strings.TrimSpace(line))
+	return answer == "y" || answer == "yes"
+}
+
+// listLegacy lists the legacy clusters; a missing CRD means there are none.
+func listLegacy(ctx context.Context, c client.Client, ns string) ([]*Legacy, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(LegacyGVR.GroupVersion().WithKind("EtcdClusterList"))
+	var opts []client.ListOption
+	if ns != "" {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	if err := c.List(ctx, list, opts...); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing legacy EtcdClusters: %w", err)
+	}
+	var out []*Legacy
+	for i := range list.Items {
+		if list.Items[i].GetDeletionTimestamp() != nil {
+			continue
+		}
+		l, err := ParseLegacy(&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// scaledDown checks that an operator's Deployment (namespace/name) is absent
+// or scaled to zero with no Pod left running.
+func scaledDown(ctx context.Context, c client.Client, ref string) error {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return fmt.Errorf("operator Deployment %q: want namespace/name", ref)
+	}
+	d := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading operator Deployment %s: %w", ref, err)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
+		return fmt.Errorf("operator Deployment %s is not scaled to zero: kubectl -n %s scale deployment %s --replicas=0", ref, ns, name)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return err
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return fmt.Errorf("operator Deployment %s is scaled to zero but its Pod %s still exists: wait until it is gone", ref, p.Name)
+		}
+	}
+	return nil
+}

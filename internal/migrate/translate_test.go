@@ -1,0 +1,266 @@
+package migrate
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+)
+
+// legacy builds a legacy cluster "db" in "ns" with a claim template of 1Gi,
+// changed by mods.
+func legacy(t *testing.T, mods ...func(spec map[string]any)) *Legacy {
+	t.Helper()
+	spec := map[string]any{
+		"replicas": int64(3),
+		"storage": map[string]any{"volumeClaimTemplate": map[string]any{"spec": map[string]any{
+			"resources": map[string]any{"requests": map[string]any{"storage": "1Gi"}},
+		}}},
+	}
+	for _, m := range mods {
+		m(spec)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "etcd.aenix.io/v1alpha1", "kind": "EtcdCluster",
+		"metadata": map[string]any{"name": "db", "namespace": "ns", "uid": "legacy-uid"},
+		"spec":     spec,
+	}}
+	l, err := ParseLegacy(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func liveFacts(mods ...func(*LiveFacts)) LiveFacts {
+	f := LiveFacts{Members: 3, Image: "quay.io/coreos/etcd:v3.5.35", PeerTLS: true,
+		Args: []string{"etcd", "--auto-compaction-retention=5m", "--snapshot-count=10000", "--quota-backend-bytes=1020054732", "--snapshot-count=20000"}}
+	for _, m := range mods {
+		m(&f)
+	}
+	return f
+}
+
+func set(path []string, v any) func(map[string]any) {
+	return func(spec map[string]any) {
+		if err := unstructured.SetNestedField(spec, v, path...); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func TestTranslate(t *testing.T) {
+	cases := []struct {
+		name        string
+		legacy      []func(map[string]any)
+		live        []func(*LiveFacts)
+		version     string
+		check       func(t *testing.T, tr *Translation)
+		refusal     string
+		dropped     []string
+		riskContain string
+	}{{
+		name:  "plain cluster: version from the image, options as etcd runs them, peer auto-TLS kept",
+		check: checkPlain,
+	}, {
+		name:    "emptyDir is refused",
+		legacy:  []func(map[string]any){set([]string{"storage", "emptyDir"}, map[string]any{})},
+		refusal: "emptyDir",
+	}, {
+		name:    "auth is refused",
+		legacy:  []func(map[string]any){set([]string{"security", "enableAuth"}, true)},
+		refusal: "enableAuth",
+	}, {
+		name:    "TLS is refused",
+		legacy:  []func(map[string]any){set([]string{"security", "tls", "serverSecret"}, "s")},
+		refusal: "security.tls",
+	}, {
+		name:    "a claim template not named data is refused",
+		legacy:  []func(map[string]any){set([]string{"storage", "volumeClaimTemplate", "metadata", "name"}, "vol")},
+		refusal: "data-<member>",
+	}, {
+		name:    "an image without a version tag is refused",
+		live:    []func(*LiveFacts){func(f *LiveFacts) { f.Image = "registry.local/etcd:latest" }},
+		refusal: "no X.Y.Z tag",
+	}, {
+		name:        "--version overrides the tag",
+		live:        []func(*LiveFacts){func(f *LiveFacts) { f.Image = "registry.local/etcd:latest" }},
+		version:     "3.5.35",
+		check:       checkVersionOverride,
+		riskContain: "registry.local/etcd",
+	}, {
+		name:    "a non-integer quota is refused",
+		legacy:  []func(map[string]any){set([]string{"options", "quota-backend-bytes"}, "8G")},
+		live:    []func(*LiveFacts){func(f *LiveFacts) { f.Args = nil }},
+		refusal: "not an integer",
+	}, {
+		name: "fields without a place are dropped, each named",
+		legacy: []func(map[string]any){
+			set([]string{"options", "log-level"}, "debug"),
+			set([]string{"podTemplate", "spec", "nodeSelector"}, map[string]any{"disk": "ssd"}),
+			set([]string{"podTemplate", "spec", "containers"}, []any{
+				map[string]any{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.35", "env": []any{map[string]any{"name": "A", "value": "b"}}},
+				map[string]any{"name": "sidecar", "image": "busybox"},
+			}),
+			set([]string{"serviceTemplate", "metadata", "name"}, "db-client-vip"),
+			set([]string{"podDisruptionBudgetTemplate"}, map[string]any{}),
+			set([]string{"bootstrap"}, map[string]any{}),
+			set([]string{"frobnicate"}, true),
+		},
+		dropped: []string{
+			"spec.options.log-level", "spec.podTemplate.spec.nodeSelector", "spec.podTemplate.spec.containers[sidecar]",
+			"spec.podTemplate.spec.containers[etcd].env", "spec.serviceTemplate", "spec.podDisruptionBudgetTemplate",
+			"spec.bootstrap", "spec.frobnicate",
+		},
+	}, {
+		name: "pod template metadata, scheduling and resources are carried",
+		legacy: []func(map[string]any){
+			set([]string{"podTemplate", "metadata", "labels"}, map[string]any{"team": "storage"}),
+			set([]string{"podTemplate", "spec", "imagePullSecrets"}, []any{map[string]any{"name": "pull"}}),
+			set([]string{"podTemplate", "spec", "containers"}, []any{map[string]any{"name": "etcd",
+				"resources": map[string]any{"requests": map[string]any{"cpu": "250m"}}}}),
+		},
+		check: checkCarried,
+	}, {
+		name:        "a replica count unlike etcd's is a risk; the live count wins",
+		legacy:      []func(map[string]any){set([]string{"replicas"}, int64(5))},
+		riskContain: "starts at 3",
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := Translate(legacy(t, tc.legacy...), liveFacts(tc.live...), tc.version)
+			checkRefusal(t, tr, tc.refusal)
+			checkDropped(t, tr, tc.dropped)
+			if tc.riskContain != "" && !strings.Contains(strings.Join(tr.Risks, "\n"), tc.riskContain) {
+				t.Errorf("risks %v, want one containing %q", tr.Risks, tc.riskContain)
+			}
+			if tc.check != nil {
+				tc.check(t, tr)
+			}
+		})
+	}
+}
+
+func checkRefusal(t *testing.T, tr *Translation, want string) {
+	t.Helper()
+	refusals := strings.Join(tr.Refusals, "\n")
+	if (want == "") != (refusals == "") || !strings.Contains(refusals, want) {
+		t.Errorf("refusals %q, want one containing %q", refusals, want)
+	}
+}
+
+func checkDropped(t *testing.T, tr *Translation, want []string) {
+	t.Helper()
+	var dropped []string
+	for _, d := range tr.Dropped {
+		dropped = append(dropped, d.Field)
+	}
+	for _, w := range want {
+		if !slices.Contains(dropped, w) {
+			t.Errorf("dropped %v, want %s among them", dropped, w)
+		}
+	}
+}
+
+func checkPlain(t *testing.T, tr *Translation) {
+	s := tr.Cluster.Spec
+	if s.Version != "3.5.35" || *s.Replicas != 3 || s.Storage.Size.String() != "1Gi" {
+		t.Errorf("spec %+v", s)
+	}
+	o := s.Options
+	if o == nil || *o.QuotaBackendBytes != 1020054732 || *o.SnapshotCount != 20000 || o.AutoCompactionRetention != "5m" {
+		t.Errorf("options %+v (the last --snapshot-count wins, as in etcd)", o)
+	}
+	if tr.Cluster.Annotations[build.AnnotationPeerAutoTLS] != "true" || tr.Cluster.Annotations[MigratedFromAnnotation] != "legacy-uid" {
+		t.Errorf("annotations %v", tr.Cluster.Annotations)
+	}
+}
+
+func checkVersionOverride(t *testing.T, tr *Translation) {
+	if tr.Cluster.Spec.Version != "3.5.35" {
+		t.Errorf("version %s", tr.Cluster.Spec.Version)
+	}
+}
+
+func checkCarried(t *testing.T, tr *Translation) {
+	s := tr.Cluster.Spec
+	if s.AdditionalMetadata == nil || s.AdditionalMetadata.Labels["team"] != "storage" {
+		t.Errorf("additionalMetadata %+v", s.AdditionalMetadata)
+	}
+	if len(s.ImagePullSecrets) != 1 || s.Resources.Requests.Cpu().String() != "250m" {
+		t.Errorf("pull secrets %v, resources %v", s.ImagePullSecrets, s.Resources)
+	}
+	if len(tr.Dropped) != 0 {
+		t.Errorf("dropped %v", tr.Dropped)
+	}
+}
+
+// TestPlanMembers: each live member becomes an EtcdMember of the Pod's name
+// under the legacy headless Service, with the data under default.etcd and a
+// status that lets the operator recognise it at once.
+func TestPlanMembers(t *testing.T) {
+	l := legacy(t)
+	lv := &Live{Legacy: l, ClusterID: 0xabc}
+	for i, name := range []string{"db-0", "db-1", "db-2"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
+		pvc := &corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To("fast"),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}},
+		}}
+		lv.Members = append(lv.Members, LiveMember{Name: name, ID: uint64(i + 1), Pod: pod, PVC: pvc,
+			PeerURL: "https://" + name + ".db-headless.ns.svc:2380"})
+	}
+	// One legacy Pod names its user (a podTemplate override).
+	lv.Members[2].Pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000)}
+	p := NewPlan(lv, "3.5.35")
+	if len(p.Refusals()) != 0 {
+		t.Fatalf("refusals %v", p.Refusals())
+	}
+	for i, want := range []string{"0", "0", "1000"} {
+		if got := p.Members[i].Annotations[build.AnnotationRunAsUser]; got != want {
+			t.Errorf("member %s runs as %q, its legacy Pod ran as %s", p.Members[i].Name, got, want)
+		}
+	}
+	c := p.Cluster
+	if c.Status.ClusterID != "0000000000000abc" || c.Status.ClusterToken != "db-ns" || c.Status.Observed == nil || c.Status.Observed.Replicas != 3 {
+		t.Errorf("cluster status %+v", c.Status)
+	}
+	if c.Spec.Storage.Size.String() != "2Gi" || ptr.Deref(c.Spec.Storage.StorageClassName, "") != "fast" {
+		t.Errorf("storage from the live claims: %+v", c.Spec.Storage)
+	}
+	for i, m := range p.Members {
+		checkAdoptedMember(t, m, lv.Members[i], c.Status.Observed)
+	}
+}
+
+func checkAdoptedMember(t *testing.T, m *v1alpha2.EtcdMember, lm LiveMember, target *v1alpha2.ObservedClusterSpec) {
+	t.Helper()
+	if m.Name != lm.Name || m.Spec.ServiceName != "db-headless" || build.MemberDataDir(m) != "/var/lib/etcd/default.etcd" {
+		t.Errorf("member %s: service %s, data dir %s", m.Name, m.Spec.ServiceName, build.MemberDataDir(m))
+	}
+	if build.PeerURL(m) != lm.PeerURL {
+		t.Errorf("member %s renders peer URL %s, etcd knows %s", m.Name, build.PeerURL(m), lm.PeerURL)
+	}
+	if m.Status.MemberID != etcd.FormatID(lm.ID) || !m.Status.IsVoter || m.Status.PodUID != "uid-"+m.Name || m.Status.PVCName != "data-"+m.Name {
+		t.Errorf("member %s status %+v", m.Name, m.Status)
+	}
+	if m.Spec.InitialCluster == "" || m.Spec.ClusterToken != "db-ns" || m.Spec.Bootstrap {
+		t.Errorf("member %s spec %+v", m.Name, m.Spec)
+	}
+	if !build.UpToDate(m, target) {
+		t.Errorf("member %s is not up to date with the target: the operator would restart it", m.Name)
+	}
+	if m.Spec.TLS == nil || !m.Spec.TLS.PeerAutoTLS {
+		t.Errorf("member %s TLS %+v", m.Name, m.Spec.TLS)
+	}
+}

@@ -1,0 +1,490 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/migrate"
+	"github.com/seed74754924/etcd-operator/internal/tools"
+)
+
+// migrateNS runs its own operator, watching it alone, so that the operator
+// can be scaled to zero for the migration without stopping other suites.
+const migrateNS = "e2e-migrate"
+
+// migrateOperator is that operator's Deployment; legacyOperator stands for
+// the legacy operator's, already scaled to zero.
+const (
+	migrateOperator = "eo-migrate-etcd-operator"
+	legacyOperator  = "etcd-operator-controller-manager"
+)
+
+// TestMigrate adopts a live legacy cluster of three members under a
+// continuous writer: a dry run that changes no object, then an apply that
+// is stopped after every step and re-run, then the operator, which takes the
+// cluster over without restarting a Pod or losing a key, and grows and
+// shrinks it 3 → 5 → 3 and recovers an adopted member whose volume was
+// wiped.
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	ns := namespace(t, migrateNS)
+	installLegacyCRD(t)
+	startMigrateOperator(t, ns)
+	const name = "legacy"
+	cr := startLegacyCluster(t, ns, name, 3)
+	podSelectors.Store(ns+"/"+name, client.MatchingLabels(legacyLabels(name)))
+	legacyID := legacyClusterID(t, ns, name)
+	uids := legacyPodUIDs(t, ns, name)
+	w := startWriter(t, ns, name)
+	w.requireWritesAfter("", 20, time.Minute)
+
+	dryRunChangesNothing(t, ns, name)
+	applyStoppedAfterEveryStep(t, ns, name, cr)
+
+	w.mark("adopted")
+	scaleDeployment(t, ns, migrateOperator, 1)
+	waitReconciled(t, ns, name, 3, 5*time.Minute)
+	c := getCluster(t, ns, name)
+	if c.Status.ClusterID != legacyID {
+		t.Errorf("cluster ID %s, the legacy cluster's was %s", c.Status.ClusterID, legacyID)
+	}
+	if got := legacyPodUIDs(t, ns, name); !maps.Equal(got, uids) {
+		t.Errorf("pods changed: before %v, after %v", uids, got)
+	}
+	w.mark("taken over")
+	w.requireWritesBetween("adopted", "taken over", 1)
+	legacyObjectsGone(t, ns, name)
+
+	for _, n := range []int32{5, 3} {
+		setReplicas(t, ns, name, n)
+		waitReconciled(t, ns, name, int(n), 5*time.Minute)
+	}
+	// Scaling down removes the newest members: the adopted ones stay, on
+	// the Pods they had under the StatefulSet.
+	for member, uid := range uids {
+		if got := legacyPodUIDs(t, ns, name)[member]; got != uid {
+			t.Errorf("adopted pod %s: UID %s, was %s", member, got, uid)
+		}
+	}
+	w.mark("scaled")
+	w.requireWritesBetween("taken over", "scaled", 1)
+
+	// An adopted member whose volume is wiped: its legacy Pod restarts on
+	// the empty data directory with the cluster state "existing". etcd 3.5
+	// then either panics (its raft log is behind what the cluster
+	// committed) and keeps failing, and the operator replaces the Pod by
+	// its own, recognises the lost data and replaces the member; or it
+	// fetches the membership from its peers and is sent a snapshot, and
+	// comes back as itself. Either way the cluster must end with three
+	// members and every acknowledged write.
+	victim := name + "-1"
+	restarts, victimUID := etcdRestarts(t, ns, victim), legacyPodUIDs(t, ns, name)[victim]
+	w.mark("wiped")
+	if err := sb.Wipe(context.Background(), ns, "data-"+victim); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Kill(context.Background(), ns, victim, "etcd"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Minute, "wiped member "+victim+" replaced or back", func() (bool, string) {
+		ms := members(t, ns, name)
+		if !slices.Contains(memberNames(ms), victim) {
+			return len(ms) == 3, fmt.Sprintf("replaced: %v", memberNames(ms))
+		}
+		p := &corev1.Pod{}
+		if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: victim}, p); err != nil {
+			return false, err.Error()
+		}
+		restarted := string(p.UID) != victimUID || etcdRestarts(t, ns, victim) > restarts
+		return restarted && podIsReady(p.Status.Conditions), fmt.Sprintf("%s uid %s restarts %d, ready %v", victim, p.UID, etcdRestarts(t, ns, victim), podIsReady(p.Status.Conditions))
+	})
+	if slices.Contains(memberNames(members(t, ns, name)), victim) {
+		t.Logf("the wiped member %s came back as itself (pod UID %s, was %s): etcd rejoined it and sent it a snapshot", victim, legacyPodUIDs(t, ns, name)[victim], victimUID)
+	} else {
+		t.Logf("the wiped member %s was replaced", victim)
+	}
+	waitReconciled(t, ns, name, 3, 5*time.Minute)
+	w.mark("repaired")
+	w.requireWritesBetween("wiped", "repaired", 1)
+	if got := getCluster(t, ns, name).Status.ClusterID; got != legacyID {
+		t.Errorf("cluster ID changed from %s to %s", legacyID, got)
+	}
+	w.verify("repaired")
+}
+
+// startMigrateOperator installs the suite's own operator, for its namespace
+// only, and scales it to zero, as the runbook asks before a migration; a
+// stand-in for the legacy operator's Deployment is scaled to zero too.
+func startMigrateOperator(t *testing.T, ns string) {
+	t.Helper()
+	if err := installOperatorImage(image, "eo-migrate", ns, false, nil, ns); err != nil {
+		t.Fatal(err)
+	}
+	scaleDeployment(t, ns, migrateOperator, 0)
+	legacy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: legacyOperator, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"control-plane": "legacy-manager"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"control-plane": "legacy-manager"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: image}}},
+			},
+		},
+	}
+	if err := k.Create(context.Background(), legacy); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// scaleDeployment scales a Deployment and waits until it has that many
+// Pods, all Ready.
+func scaleDeployment(t *testing.T, ns, name string, n int32) {
+	t.Helper()
+	if out, err := kubectl("-n", ns, "scale", "deployment", name, fmt.Sprintf("--replicas=%d", n)); err != nil {
+		t.Fatalf("kubectl scale: %v\n%s", err, out)
+	}
+	eventually(t, 3*time.Minute, fmt.Sprintf("deployment %s at %d", name, n), func() (bool, string) {
+		d := &appsv1.Deployment{}
+		if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+			return false, err.Error()
+		}
+		sel, _ := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		pods := &corev1.PodList{}
+		if err := k.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if podIsReady(p.Status.Conditions) {
+				ready++
+			}
+		}
+		return len(pods.Items) == int(n) && ready == int(n), fmt.Sprintf("%d pods, %d ready", len(pods.Items), ready)
+	})
+}
+
+// dryRunChangesNothing runs the tool without --apply: it must describe the
+// cluster and change no object (every resourceVersion stays).
+func dryRunChangesNothing(t *testing.T, ns, name string) {
+	t.Helper()
+	before := legacyVersions(t, ns, name)
+	out, code := runMigrate(t, ns)
+	if code != 0 {
+		t.Fatalf("dry run: exit %d\n%s", code, out)
+	}
+	for _, want := range []string{
+		"Found: cluster ID " + legacyClusterID(t, ns, name) + ", 3 members",
+		"peer TLS auto-TLS",
+		"spec.options.log-level",
+		"spec.podDisruptionBudgetTemplate",
+		"kind: EtcdCluster",
+		"kind: EtcdMember",
+		"version: 3.5.35",
+		"Dry run: nothing was changed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
+		}
+	}
+	if after := legacyVersions(t, ns, name); !maps.Equal(before, after) {
+		t.Errorf("the dry run changed objects:\nbefore %v\nafter  %v", before, after)
+	}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &v1alpha2.EtcdCluster{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the dry run created an EtcdCluster (err %v)", err)
+	}
+}
+
+// applyStoppedAfterEveryStep runs --apply once per step, each run stopped
+// right after that step (as if the tool had died there), then once to the
+// end; each run starts from what the previous left. A run with the new
+// operator up is refused first, changing nothing.
+func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.Unstructured) {
+	t.Helper()
+	backups := t.TempDir()
+	scaleDeployment(t, ns, migrateOperator, 1)
+	before := legacyVersions(t, ns, name)
+	if out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups); code != 1 || !strings.Contains(out, "is not scaled to zero") {
+		t.Errorf("apply with the operator up: exit %d, want a refusal\n%s", code, out)
+	}
+	if after := legacyVersions(t, ns, name); !maps.Equal(before, after) {
+		t.Errorf("the refused apply changed objects:\nbefore %v\nafter  %v", before, after)
+	}
+	scaleDeployment(t, ns, migrateOperator, 0)
+	for _, s := range migrate.Steps[:len(migrate.Steps)-1] {
+		out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups, "--stop-after", s.Name)
+		if code != migrate.ExitStopped {
+			t.Fatalf("apply stopped after %s: exit %d\n%s", s.Name, code, out)
+		}
+		t.Logf("stopped after %s", s.Name)
+	}
+	out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups)
+	if code != 0 {
+		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	if !strings.Contains(out, "Adopted "+ns+"/"+name) {
+		t.Errorf("apply output lacks the adoption:\n%s", out)
+	}
+	snapshotIsValid(t, backups)
+	// Nothing left to do: a further run finds no legacy cluster.
+	if out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups); code != 0 || !strings.Contains(out, "nothing to migrate") {
+		t.Errorf("re-run after the adoption: exit %d\n%s", code, out)
+	}
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(cr), cr.DeepCopy()); !apierrors.IsNotFound(err) {
+		t.Errorf("legacy EtcdCluster still there: %v", err)
+	}
+}
+
+// snapshotIsValid checks the safety snapshot with etcdutl.
+func snapshotIsValid(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.db"))
+	if len(files) != 1 {
+		t.Fatalf("safety snapshots: %v", files)
+	}
+	out, err := exec.Command(filepath.Join(bin, "etcdutl"), "snapshot", "status", files[0], "-w", "table").CombinedOutput()
+	if err != nil {
+		t.Fatalf("etcdutl snapshot status %s: %v\n%s", files[0], err, out)
+	}
+	t.Logf("safety snapshot %s:\n%s", filepath.Base(files[0]), out)
+}
+
+// legacyObjectsGone checks what the adoption retired and what it kept.
+func legacyObjectsGone(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Errorf("StatefulSet %s still there (err %v)", name, err)
+	}
+	// The adopted Pods read their environment from the cluster-state
+	// ConfigMap at every container start: it stays, with the cluster.
+	cm := &corev1.ConfigMap{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-cluster-state"}, cm); err != nil {
+		t.Errorf("cluster-state ConfigMap: %v", err)
+	} else if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].Kind != "EtcdCluster" || cm.Data["ETCD_INITIAL_CLUSTER_STATE"] != "existing" {
+		t.Errorf("cluster-state ConfigMap: owners %v, data %v", cm.OwnerReferences, cm.Data)
+	}
+	pdb := &policyv1.PodDisruptionBudget{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pdb); err == nil && !metav1.IsControlledBy(pdb, getCluster(t, ns, name)) {
+		t.Errorf("PodDisruptionBudget %s is not the operator's: %v", name, pdb.OwnerReferences)
+	}
+	svc := &corev1.Service{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service %s: want the operator's headless Service (err %v, clusterIP %q)", name, err, svc.Spec.ClusterIP)
+	}
+	headless := &corev1.Service{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-headless"}, headless); err != nil {
+		t.Errorf("legacy headless Service: %v", err)
+	} else if len(headless.OwnerReferences) != 1 || headless.OwnerReferences[0].Kind != "EtcdCluster" || headless.OwnerReferences[0].APIVersion != v1alpha2.GroupVersion.String() {
+		t.Errorf("legacy headless Service owners: %v", headless.OwnerReferences)
+	}
+	for _, p := range legacyPods(t, ns, name) {
+		if ref := metav1.GetControllerOf(&p); ref == nil || ref.Kind != "EtcdMember" || ref.Name != p.Name {
+			t.Errorf("pod %s is controlled by %v", p.Name, ref)
+		}
+	}
+}
+
+// legacyVersions records the resourceVersion of every object of the legacy
+// cluster: the CR, StatefulSet, Pods, claims, Services, ConfigMap and PDB.
+func legacyVersions(t *testing.T, ns, name string) map[string]string {
+	t.Helper()
+	return legacyVersionsAtLeast(t, ns, name, 10)
+}
+
+// legacyVersionsAtLeast is legacyVersions, failing when fewer than min
+// objects are found.
+func legacyVersionsAtLeast(t *testing.T, ns, name string, min int) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	sel := client.MatchingLabels(legacyLabels(name))
+	lists := map[string]client.ObjectList{
+		"pod": &corev1.PodList{}, "pvc": &corev1.PersistentVolumeClaimList{}, "svc": &corev1.ServiceList{},
+		"sts": &appsv1.StatefulSetList{}, "cm": &corev1.ConfigMapList{}, "pdb": &policyv1.PodDisruptionBudgetList{},
+	}
+	for kind, list := range lists {
+		opts := []client.ListOption{client.InNamespace(ns)}
+		if kind != "pvc" {
+			opts = append(opts, sel)
+		}
+		if err := k.List(ctx, list, opts...); err != nil {
+			t.Fatal(err)
+		}
+		items, _ := apimetaItems(list)
+		for _, o := range items {
+			out[kind+"/"+o.GetName()] = o.GetResourceVersion()
+		}
+	}
+	legacy := &unstructured.UnstructuredList{}
+	legacy.SetGroupVersionKind(migrate.LegacyGVR.GroupVersion().WithKind("EtcdClusterList"))
+	if err := k.List(ctx, legacy, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range legacy.Items {
+		if o.GetName() == name {
+			out["etcdcluster.etcd.aenix.io/"+o.GetName()] = o.GetResourceVersion()
+		}
+	}
+	if len(out) < min {
+		t.Fatalf("expected the legacy cluster's objects, found %v", out)
+	}
+	return out
+}
+
+func apimetaItems(list client.ObjectList) ([]metav1.Object, error) {
+	var out []metav1.Object
+	switch l := list.(type) {
+	case *corev1.PodList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *corev1.PersistentVolumeClaimList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *corev1.ServiceList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *appsv1.StatefulSetList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *corev1.ConfigMapList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	case *policyv1.PodDisruptionBudgetList:
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	default:
+		return nil, errors.New("unknown list")
+	}
+	return out, nil
+}
+
+// podUIDs maps the cluster's Pods (found by the legacy labels, which the
+// operator's Pods carry too) to their UIDs.
+func legacyPodUIDs(t *testing.T, ns, name string) map[string]string {
+	out := map[string]string{}
+	for _, p := range legacyPods(t, ns, name) {
+		out[p.Name] = string(p.UID)
+	}
+	return out
+}
+
+func legacyPods(t *testing.T, ns, name string) []corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels(legacyLabels(name))); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && strings.HasPrefix(p.Name, name+"-") && len(p.Name) == len(name)+2 {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// etcdRestarts is how often the etcd container of a Pod restarted (-1 when
+// the Pod is gone).
+func etcdRestarts(t *testing.T, ns, pod string) int32 {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, p); err != nil {
+		return -1
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "etcd" {
+			return cs.RestartCount
+		}
+	}
+	return 0
+}
+
+// legacyClusterID asks the legacy cluster for its ID.
+func legacyClusterID(t *testing.T, ns, name string) string {
+	t.Helper()
+	c, err := clusterClient(ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.MemberList(ctx)
+	if err != nil {
+		t.Fatalf("member list of %s: %v", name, err)
+	}
+	return etcd.FormatID(resp.Header.ClusterId)
+}
+
+var (
+	migrateOnce sync.Once
+	migrateBin  string
+	migrateErr  error
+)
+
+// runMigrate builds etcd-migrate once and runs it against the suite's
+// namespace and operators; it returns the combined output and exit code.
+func runMigrate(t *testing.T, ns string, args ...string) (string, int) {
+	t.Helper()
+	migrateOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "etcd-migrate-")
+		if err != nil {
+			migrateErr = err
+			return
+		}
+		migrateBin = filepath.Join(dir, "etcd-migrate")
+		cmd := exec.Command("go", "build", "-o", migrateBin, "./cmd/etcd-migrate")
+		cmd.Dir = tools.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			migrateErr = fmt.Errorf("building etcd-migrate: %w\n%s", err, out)
+		}
+	})
+	if migrateErr != nil {
+		t.Fatal(migrateErr)
+	}
+	full := append([]string{"-n", ns, "--operator", ns + "/" + migrateOperator, "--legacy-operator", ns + "/" + legacyOperator}, args...)
+	cmd := exec.Command(migrateBin, full...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return out.String(), exit.ExitCode()
+	case err != nil:
+		t.Fatalf("etcd-migrate %s: %v", strings.Join(args, " "), err)
+	}
+	t.Logf("etcd-migrate %s:\n%s", strings.Join(args, " "), out.String())
+	return out.String(), 0
+}
