@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 )
 
 // Options are the command line of etcd-migrate.
@@ -54,12 +56,26 @@ func Run(ctx context.Context, env Env, o Options, in io.Reader, out, errOut io.W
 		fmt.Fprintln(errOut, "Error:", err)
 		return ExitFailed
 	}
-	if len(legacies) == 0 {
-		fmt.Fprintln(out, "No etcd.aenix.io/v1alpha1 EtcdCluster found: nothing to migrate.")
+	schedules, err := listLegacyKind(ctx, env.Client, LegacyScheduleGVK, o.Namespace)
+	if err != nil {
+		fmt.Fprintln(errOut, "Error:", err)
+		return ExitFailed
+	}
+	backups, err := listLegacyKind(ctx, env.Client, LegacyBackupGVK, o.Namespace)
+	if err != nil {
+		fmt.Fprintln(errOut, "Error:", err)
+		return ExitFailed
+	}
+	if len(legacies) == 0 && len(schedules) == 0 {
+		fmt.Fprintln(out, "No etcd.aenix.io/v1alpha1 EtcdCluster or EtcdBackupSchedule found: nothing to migrate.")
+		for _, b := range backupRecords(backups) {
+			b.Render(out)
+		}
 		return ExitOK
 	}
 	var plans []*Plan
 	refused := 0
+	adopting := map[string]bool{}
 	for _, l := range legacies {
 		p := NewPlan(Inspect(ctx, env, l), o.Version)
 		if err := p.Render(out); err != nil {
@@ -71,16 +87,36 @@ func Run(ctx context.Context, env Env, o Options, in io.Reader, out, errOut io.W
 			continue
 		}
 		plans = append(plans, p)
+		adopting[l.Namespace()+"/"+l.Name()] = true
+	}
+	var carry []*SchedulePlan
+	for i := range schedules {
+		u := &schedules[i]
+		p := PlanSchedule(u, func(cluster string) bool {
+			return adopting[u.GetNamespace()+"/"+cluster] || adoptedCluster(ctx, env.Client, u.GetNamespace(), cluster)
+		})
+		if err := p.Render(out); err != nil {
+			fmt.Fprintln(errOut, "Error:", err)
+			return ExitFailed
+		}
+		if p.Refusal != "" {
+			refused++
+			continue
+		}
+		carry = append(carry, p)
+	}
+	for _, b := range backupRecords(backups) {
+		b.Render(out)
 	}
 	if !o.Apply {
-		fmt.Fprintf(out, "Dry run: nothing was changed. %d cluster(s) can be adopted, %d refused. Run again with --apply to adopt.\n", len(plans), refused)
+		fmt.Fprintf(out, "Dry run: nothing was changed. %d cluster(s) can be adopted, %d schedule(s) carried, %d refused. Run again with --apply to adopt.\n", len(plans), len(carry), refused)
 		return exitFor(refused)
 	}
-	return apply(ctx, env, o, plans, refused, in, out, errOut)
+	return apply(ctx, env, o, plans, carry, refused, in, out, errOut)
 }
 
-func apply(ctx context.Context, env Env, o Options, plans []*Plan, refused int, in io.Reader, out, errOut io.Writer) int {
-	if len(plans) == 0 {
+func apply(ctx context.Context, env Env, o Options, plans []*Plan, carry []*SchedulePlan, refused int, in io.Reader, out, errOut io.Writer) int {
+	if len(plans) == 0 && len(carry) == 0 {
 		fmt.Fprintln(out, "Nothing to adopt.")
 		return exitFor(refused)
 	}
@@ -92,7 +128,7 @@ func apply(ctx context.Context, env Env, o Options, plans []*Plan, refused int, 
 			}
 		}
 	}
-	if !o.Yes && !confirm(in, out, len(plans)) {
+	if !o.Yes && !confirm(in, out, len(plans), len(carry)) {
 		fmt.Fprintln(out, "Aborted: nothing was changed.")
 		return ExitFailed
 	}
@@ -100,7 +136,7 @@ func apply(ctx context.Context, env Env, o Options, plans []*Plan, refused int, 
 	if o.SkipBackup {
 		backupDir = ""
 	}
-	failed := 0
+	failed, clustersFailed := 0, 0
 	for _, p := range plans {
 		err := Apply(ctx, env, p, ApplyOptions{BackupDir: backupDir, StopAfter: o.StopAfter, Log: out})
 		switch {
@@ -109,14 +145,47 @@ func apply(ctx context.Context, env Env, o Options, plans []*Plan, refused int, 
 			return ExitStopped
 		case err != nil:
 			failed++
+			clustersFailed++
 			fmt.Fprintf(errOut, "Error: adopting %s/%s: %v; run etcd-migrate again to finish it\n", p.Live.Legacy.Namespace(), p.Live.Legacy.Name(), err)
 		default:
 			fmt.Fprintf(out, "Adopted %s/%s.\n", p.Live.Legacy.Namespace(), p.Live.Legacy.Name())
 		}
 	}
-	fmt.Fprintf(out, "Done: %d adopted, %d failed, %d refused. NEXT: scale the new operator (%s) up; it takes the adopted clusters over without restarting them. The legacy CRDs are left installed.\n",
-		len(plans)-failed, failed, refused, o.Operator)
+	// A schedule is carried once its cluster's adoption finished, in this
+	// run or an earlier one.
+	carried := 0
+	for _, p := range carry {
+		ns, name := p.Legacy.GetNamespace(), p.Legacy.GetName()
+		cluster := p.Schedule.Spec.SnapshotTemplate.Spec.ClusterRef.Name
+		if !adoptedCluster(ctx, env.Client, ns, cluster) {
+			fmt.Fprintf(out, "Schedule %s/%s waits: its cluster %s is not adopted.\n", ns, name, cluster)
+			continue
+		}
+		p.Waiting = ""
+		if err := ApplySchedule(ctx, env.Client, p); err != nil {
+			failed++
+			fmt.Fprintf(errOut, "Error: carrying schedule %s/%s: %v; run etcd-migrate again to finish it\n", ns, name, err)
+			continue
+		}
+		carried++
+		fmt.Fprintf(out, "Carried schedule %s/%s to EtcdSnapshotSchedule %s/%s.\n", ns, name, ns, name)
+	}
+	fmt.Fprintf(out, "Done: %d adopted, %d schedule(s) carried, %d failed, %d refused. NEXT: scale the new operator (%s) up; it takes the adopted clusters over without restarting them. The legacy CRDs are left installed.\n",
+		len(plans)-clustersFailed, carried, failed, refused, o.Operator)
 	return exitFor(refused + failed)
+}
+
+// adoptedCluster reports whether the cluster's adoption finished: the
+// EtcdCluster etcd-migrate made exists and the legacy cluster is gone.
+func adoptedCluster(ctx context.Context, c client.Client, ns, name string) bool {
+	ec := &v1alpha2.EtcdCluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ec); err != nil || ec.Annotations[MigratedFromAnnotation] == "" {
+		return false
+	}
+	legacy := &unstructured.Unstructured{}
+	legacy.SetGroupVersionKind(LegacyGVR.GroupVersion().WithKind("EtcdCluster"))
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, legacy)
+	return apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
 }
 
 func exitFor(problems int) int {
@@ -126,8 +195,8 @@ func exitFor(problems int) int {
 	return ExitOK
 }
 
-func confirm(in io.Reader, out io.Writer, n int) bool {
-	fmt.Fprintf(out, "Adopt %d cluster(s) as shown above? [y/N] ", n)
+func confirm(in io.Reader, out io.Writer, clusters, schedules int) bool {
+	fmt.Fprintf(out, "Adopt %d cluster(s) and carry %d schedule(s) as shown above? [y/N] ", clusters, schedules)
 	line, _ := bufio.NewReader(in).ReadString('\n')
 	answer := strings.ToLower(strings.TrimSpace(line))
 	return answer == "y" || answer == "yes"

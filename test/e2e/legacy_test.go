@@ -37,17 +37,17 @@ var legacyClaimSize = resource.MustParse("1Gi")
 
 var legacyCRDOnce sync.Once
 
-// installLegacyCRD installs the legacy CRD once for every suite that needs it.
+// installLegacyCRD installs the legacy CRDs once for every suite that needs it.
 func installLegacyCRD(t *testing.T) {
 	t.Helper()
-	path := filepath.Join(tools.RepoRoot(), "test", "e2e", "testdata", "legacy-etcdclusters-crd.yaml")
+	path := filepath.Join(tools.RepoRoot(), "test", "e2e", "testdata", "legacy-crds.yaml")
 	legacyCRDOnce.Do(func() {
 		if out, err := kubectl("apply", "-f", path); err != nil && !strings.Contains(out, "AlreadyExists") {
 			t.Fatalf("installing the legacy CRD: %v\n%s", err, out)
 		}
 	})
-	eventually(t, time.Minute, "the legacy CRD served", func() (bool, string) {
-		out, err := kubectl("get", "etcdclusters.etcd.aenix.io", "-A")
+	eventually(t, time.Minute, "the legacy CRDs served", func() (bool, string) {
+		out, err := kubectl("get", "etcdclusters.etcd.aenix.io,etcdbackupschedules.etcd.aenix.io,etcdbackups.etcd.aenix.io", "-A")
 		return err == nil, out
 	})
 }

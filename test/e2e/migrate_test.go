@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -57,11 +58,17 @@ func TestMigrate(t *testing.T) {
 	podSelectors.Store(ns+"/"+name, client.MatchingLabels(legacyLabels(name)))
 	legacyID := legacyClusterID(t, ns, name)
 	uids := legacyPodUIDs(t, ns, name)
+	schedule := startLegacyBackups(t, ns, name)
 	w := startWriter(t, ns, name)
 	w.requireWritesAfter("", 20, time.Minute)
 
+	scheduleVersion := schedule.GetResourceVersion()
 	dryRunChangesNothing(t, ns, name)
+	if err := k.Get(context.Background(), client.ObjectKeyFromObject(schedule), schedule); err != nil || schedule.GetResourceVersion() != scheduleVersion {
+		t.Errorf("the dry run changed the legacy schedule (err %v)", err)
+	}
 	applyStoppedAfterEveryStep(t, ns, name, cr)
+	scheduleCarried(t, ns, schedule)
 
 	w.mark("adopted")
 	scaleDeployment(t, ns, migrateOperator, 1)
@@ -132,6 +139,112 @@ func TestMigrate(t *testing.T) {
 		t.Errorf("cluster ID changed from %s to %s", legacyID, got)
 	}
 	w.verify("repaired")
+
+	scheduleRuns(t, ns, schedule.GetName())
+}
+
+// scheduleRuns waits until a snapshot of one of the carried schedule's
+// slots completes, under the operator.
+func scheduleRuns(t *testing.T, ns, schedule string) {
+	t.Helper()
+	eventually(t, 4*time.Minute, "a snapshot of the carried schedule complete", func() (bool, string) {
+		list := &v1alpha2.EtcdSnapshotList{}
+		if err := k.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, s := range list.Items {
+			if strings.HasPrefix(s.Name, schedule+"-") && s.Status.Phase == v1alpha2.SnapshotComplete {
+				return true, ""
+			}
+			seen = append(seen, s.Name+"="+string(s.Status.Phase))
+		}
+		return false, fmt.Sprint(seen)
+	})
+}
+
+// startLegacyBackups gives the legacy cluster what the legacy operator's
+// backup kinds leave: a schedule (every minute, to a claim) with its
+// CronJob, and the record of a finished backup. The CronJob is suspended:
+// the legacy backup agent is not part of this suite, only the CronJob's
+// retirement is.
+func startLegacyBackups(t *testing.T, ns, cluster string) *unstructured.Unstructured {
+	t.Helper()
+	ctx := context.Background()
+	newClaim(t, ns, cluster+"-backups")
+	sched := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+		"clusterRef":                 map[string]any{"name": cluster},
+		"schedule":                   "* * * * *",
+		"destination":                map[string]any{"pvc": map[string]any{"claimName": cluster + "-backups", "subPath": "nightly"}},
+		"successfulJobsHistoryLimit": int64(2),
+		"failedJobsHistoryLimit":     int64(1),
+	}}}
+	sched.SetGroupVersionKind(migrate.LegacyScheduleGVK)
+	sched.SetNamespace(ns)
+	sched.SetName(cluster + "-nightly")
+	if err := k.Create(ctx, sched); err != nil {
+		t.Fatal(err)
+	}
+	cron := &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: cluster + "-nightly-x7k2p", Namespace: ns,
+			Labels: map[string]string{"etcd.aenix.io/etcdbackupschedule-name": sched.GetName()},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: sched.GetAPIVersion(), Kind: sched.GetKind(), Name: sched.GetName(),
+				UID: sched.GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+		},
+		Spec: batchv1.CronJobSpec{
+			Schedule: "* * * * *", Suspend: ptr.To(true), ConcurrencyPolicy: batchv1.ForbidConcurrent,
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Containers:    []corev1.Container{{Name: "backup", Image: image, Command: []string{"/backup-agent"}}},
+			}}}},
+		},
+	}
+	if err := k.Create(ctx, cron); err != nil {
+		t.Fatal(err)
+	}
+	backup := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"clusterRef":  map[string]any{"name": cluster},
+			"destination": map[string]any{"pvc": map[string]any{"claimName": cluster + "-backups"}},
+		},
+		"status": map[string]any{"phase": "Complete", "snapshot": map[string]any{"uri": "file:///backup/data/" + cluster + "-once.db"}},
+	}}
+	backup.SetGroupVersionKind(migrate.LegacyBackupGVK)
+	backup.SetNamespace(ns)
+	backup.SetName(cluster + "-once")
+	if err := k.Create(ctx, backup); err != nil {
+		t.Fatal(err)
+	}
+	return sched
+}
+
+// scheduleCarried checks that the legacy schedule became an
+// EtcdSnapshotSchedule of its name and went with its CronJob, and that the
+// backup record was left.
+func scheduleCarried(t *testing.T, ns string, legacy *unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	s := &v1alpha2.EtcdSnapshotSchedule{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: legacy.GetName()}, s); err != nil {
+		t.Fatalf("carried schedule: %v", err)
+	}
+	d := s.Spec.SnapshotTemplate.Spec.Destination.PVC
+	if s.Spec.Schedule != "* * * * *" || d == nil || d.SubPath != "nightly" || ptr.Deref(s.Spec.SuccessfulSnapshotsHistoryLimit, 0) != 2 {
+		t.Errorf("carried schedule spec %+v", s.Spec)
+	}
+	if err := k.Get(ctx, client.ObjectKeyFromObject(legacy), legacy.DeepCopy()); !apierrors.IsNotFound(err) {
+		t.Errorf("legacy schedule still there: %v", err)
+	}
+	eventually(t, time.Minute, "the legacy CronJob gone", func() (bool, string) {
+		err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: legacy.GetName() + "-x7k2p"}, &batchv1.CronJob{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	backup := &unstructured.Unstructured{}
+	backup.SetGroupVersionKind(migrate.LegacyBackupGVK)
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: strings.TrimSuffix(legacy.GetName(), "-nightly") + "-once"}, backup); err != nil {
+		t.Errorf("the legacy backup record: %v", err)
+	}
 }
 
 // startMigrateOperator installs the suite's own operator, for its namespace
@@ -203,6 +316,8 @@ func dryRunChangesNothing(t *testing.T, ns, name string) {
 		"kind: EtcdCluster",
 		"kind: EtcdMember",
 		"version: 3.5.35",
+		"kind: EtcdSnapshotSchedule",
+		"Kept as it is: the record of a finished backup",
 		"Dry run: nothing was changed",
 	} {
 		if !strings.Contains(out, want) {
@@ -244,7 +359,7 @@ func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.
 	if code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}
-	if !strings.Contains(out, "Adopted "+ns+"/"+name) {
+	if !strings.Contains(out, "Adopted "+ns+"/"+name) || !strings.Contains(out, "Carried schedule "+ns+"/"+name+"-nightly") {
 		t.Errorf("apply output lacks the adoption:\n%s", out)
 	}
 	snapshotIsValid(t, backups)
