@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -18,7 +20,8 @@ import (
 const migrateRefusalsNS = "e2e-migrate-refusals"
 
 // TestMigrateRefusals builds legacy clusters the tool cannot adopt in place
-// (emptyDir storage, a learner in etcd, a claim owned by something unknown)
+// (emptyDir storage, a learner in etcd, a claim owned by something unknown,
+// a member whose Pod runs but is not Ready)
 // and checks that --apply reports each with its reason and changes none of
 // their objects.
 func TestMigrateRefusals(t *testing.T) {
@@ -30,12 +33,14 @@ func TestMigrateRefusals(t *testing.T) {
 	})
 	startLegacyCluster(t, ns, "learning", 1)
 	startLegacyCluster(t, ns, "claimed", 1)
+	startLegacyCluster(t, ns, "unready", 1)
 	podSelectors.Store(ns+"/learning", client.MatchingLabels(legacyLabels("learning")))
 	addLearner(t, ns, "learning")
 	claimForSomeoneElse(t, ns, "data-claimed-0")
+	makeUnready(t, ns, "unready")
 
 	before := map[string]map[string]string{}
-	for _, name := range []string{"ephemeral", "learning", "claimed"} {
+	for _, name := range []string{"ephemeral", "learning", "claimed", "unready"} {
 		before[name] = legacyVersionsAtLeast(t, ns, name, 5)
 	}
 	out, code := runMigrate(t, ns, "--apply", "--yes", "--skip-backup")
@@ -46,6 +51,8 @@ func TestMigrateRefusals(t *testing.T) {
 		"spec.storage.emptyDir",
 		"is a learner",
 		"data-claimed-0 is controlled by ConfigMap someone-else",
+		// Its only member's Pod is not Ready: nothing to ask etcd through.
+		"asking etcd for its members: no Ready Pod",
 		"Nothing to adopt",
 	} {
 		if !strings.Contains(out, want) {
@@ -94,4 +101,44 @@ func claimForSomeoneElse(t *testing.T, ns, claim string) {
 	if err := k.Patch(ctx, pvc, patch); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// makeUnready changes the legacy StatefulSet's readiness probe to one that
+// fails, and waits until the Pod it rolls runs etcd but is not Ready, and
+// its status no longer changes.
+func makeUnready(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	sts := &appsv1.StatefulSet{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sts); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(sts.DeepCopy())
+	sts.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Path = "/no-such-path"
+	if err := k.Patch(ctx, sts, patch); err != nil {
+		t.Fatal(err)
+	}
+	settled, since := "", time.Time{}
+	eventually(t, 3*time.Minute, "pod "+name+"-0 running and not ready", func() (bool, string) {
+		p := &corev1.Pod{}
+		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-0"}, p); err != nil {
+			return false, err.Error()
+		}
+		// The StatefulSet's status settles too, so that nothing but the
+		// tool could change the objects' versions afterwards.
+		if err := k.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil || sts.Status.ObservedGeneration != sts.Generation || sts.Status.UpdatedReplicas != 1 {
+			return false, fmt.Sprintf("statefulset not settled (%v)", err)
+		}
+		probe := p.Spec.Containers[0].ReadinessProbe
+		running := p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == 1 && ptr.Deref(p.Status.ContainerStatuses[0].Started, false)
+		if probe == nil || probe.HTTPGet.Path != "/no-such-path" || !running || podIsReady(p.Status.Conditions) {
+			settled = ""
+			return false, fmt.Sprintf("phase %s, ready %v", p.Status.Phase, podIsReady(p.Status.Conditions))
+		}
+		// Its status settles: the same version for a few seconds.
+		if p.ResourceVersion != settled {
+			settled, since = p.ResourceVersion, time.Now()
+		}
+		return time.Since(since) > 5*time.Second, "pod status still changing"
+	})
 }
