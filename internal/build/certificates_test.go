@@ -150,7 +150,10 @@ func checkCertificate(t *testing.T, c *v1alpha2.EtcdCluster, u *unstructured.Uns
 		t.Errorf("%s: owners %+v, want the cluster as controller", w.name, owners)
 	}
 	str := func(field string) string { s, _, _ := unstructured.NestedString(u.Object, "spec", field); return s }
-	list := func(field string) []string { s, _, _ := unstructured.NestedStringSlice(u.Object, "spec", field); return s }
+	list := func(field string) []string {
+		s, _, _ := unstructured.NestedStringSlice(u.Object, "spec", field)
+		return s
+	}
 	if str("secretName") != w.secret || str("commonName") != w.name {
 		t.Errorf("%s: secretName %q commonName %q", w.name, str("secretName"), str("commonName"))
 	}
