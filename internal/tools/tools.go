@@ -1,5 +1,6 @@
 // Package tools locates the pinned toolchain that hack/tools.sh builds: the
-// Kubernetes control plane and the etcd releases the project supports.
+// Kubernetes control plane and the etcd releases the project supports; and
+// cert-manager's CRDs, from the Go module cache.
 package tools
 
 import (
@@ -69,9 +70,16 @@ func CertManagerCRDs() (string, error) {
 	cmd := exec.Command("go", "mod", "download", "-json", certManagerModule+"@"+version)
 	cmd.Dir = os.TempDir()
 	out, runErr := cmd.Output()
+	// A failed download still prints its JSON, with the reason in Error.
 	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Error != "" || runErr != nil {
-		return "", fmt.Errorf("go mod download %s@%s: %v %s %s", certManagerModule, version, runErr, mod.Error, stderrOf(runErr))
+	parseErr := json.Unmarshal(out, &mod)
+	switch {
+	case mod.Error != "":
+		return "", fmt.Errorf("go mod download %s@%s: %s", certManagerModule, version, mod.Error)
+	case runErr != nil:
+		return "", fmt.Errorf("go mod download %s@%s: %w %s", certManagerModule, version, runErr, stderrOf(runErr))
+	case parseErr != nil:
+		return "", fmt.Errorf("go mod download %s@%s: %w", certManagerModule, version, parseErr)
 	}
 	dir := filepath.Join(mod.Dir, "deploy", "crds")
 	if _, err := os.Stat(filepath.Join(dir, "cert-manager.io_certificates.yaml")); err != nil {

@@ -171,7 +171,9 @@ func startOperator(t *testing.T, ns string) *operator {
 	go func() { op.stopped <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-op.stopped
+		if err := <-op.stopped; err != nil {
+			t.Errorf("the operator stopped with: %v", err)
+		}
 		if t.Failed() {
 			t.Logf("operator logs (namespace %s):\n%s", ns, operatorLogs)
 		}

@@ -56,7 +56,7 @@ func certTestReconciler(t *testing.T, withCertManager bool, objs ...client.Objec
 	if err := v1alpha2.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	var mapper meta.RESTMapper = testrestmapper.TestOnlyStaticRESTMapper(scheme)
+	mapper := testrestmapper.TestOnlyStaticRESTMapper(scheme)
 	if withCertManager {
 		certs := meta.NewDefaultRESTMapper(nil)
 		certs.Add(build.CertificateGVK, meta.RESTScopeNamespace)
