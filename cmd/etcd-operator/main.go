@@ -95,7 +95,8 @@ func run(ctx context.Context, opts options) error {
 		}
 	}
 	m := metrics.New(crmetrics.Registry)
-	ctrl.Log.Info("Starting etcd-operator", "version", version, "watchNamespaces", opts.watchNamespaces)
+	opts.clusterDomain = clusterDomain(opts.clusterDomain)
+	ctrl.Log.Info("Starting etcd-operator", "version", version, "watchNamespaces", opts.watchNamespaces, "clusterDomain", opts.clusterDomain)
 	return runLives(ctx, opts, scheme, m)
 }
 
@@ -157,6 +158,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	cr := &clustercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m, OperatorImage: opts.operatorImage,
+		ClusterDomain: opts.clusterDomain,
 	}
 	if err := cr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdCluster controller: %w", err)

@@ -68,6 +68,13 @@ const (
 	ReasonVersionChangeRefused = "VersionChangeRefused"
 	// ReasonRollOutStuck: a restarted member did not come back in time.
 	ReasonRollOutStuck = "RollOutStuck"
+	// ReasonCertManagerNotInstalled: the cluster's TLS is issued by
+	// cert-manager, but the API server does not serve cert-manager.io/v1
+	// Certificates; nothing of the cluster is created until it does.
+	ReasonCertManagerNotInstalled = "CertManagerNotInstalled"
+	// ReasonCertificateNotOwned: a Certificate of the name the operator
+	// would create exists and is not the cluster's; it is left alone.
+	ReasonCertificateNotOwned = "CertificateNotOwned"
 	// ReasonStorageTooSmall is a Warning Event: a memory-backed data
 	// directory too small for etcd's write-ahead log and database quota.
 	ReasonStorageTooSmall = "StorageTooSmall"

@@ -1,20 +1,27 @@
 // Package api tests the CustomResourceDefinitions on a real kube-apiserver
-// from the pinned toolchain: CEL rules, defaults, /scale and printer columns.
+// from the pinned toolchain: CEL rules, defaults, /scale and printer columns;
+// and what the operator's controllers need of the API server itself, such
+// as discovering cert-manager after they started.
 package api
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/tools"
@@ -23,11 +30,19 @@ import (
 // k is a client of the test API server, shared by every test in the package.
 var k client.Client
 
+// restConfig reaches the test API server; scheme knows the operator's kinds.
+var (
+	restConfig *rest.Config
+	scheme     = runtime.NewScheme()
+)
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
+	// Controllers run in some tests; their logs are kept for failures.
+	ctrl.SetLogger(zap.New(zap.WriteTo(operatorLogs)))
 	bin, err := tools.BinDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -44,8 +59,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = env.Stop() }()
+	restConfig = cfg
 
-	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha2.AddToScheme, apiextensionsv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -58,6 +73,27 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
+}
+
+// logBuffer collects the controllers' logs.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+var operatorLogs = &logBuffer{}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// String returns the logs, of every test so far.
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // namespace creates a fresh namespace for one test, so tests never see each

@@ -45,6 +45,9 @@ type Reconciler struct {
 	// OperatorImage is this operator's image; with it a joining member's
 	// Pod starts before the member is added to etcd (see package join).
 	OperatorImage string
+	// ClusterDomain is the cluster DNS domain the Certificates' names carry
+	// besides the short forms; cluster.local when empty.
+	ClusterDomain string
 
 	expect expectations
 }
@@ -60,6 +63,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -150,6 +154,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error) {
 	steps := []step{
+		r.ensureCertificates,
 		r.ensureServices,
 		r.initialize,
 		r.latchTarget,

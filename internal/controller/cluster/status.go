@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,6 +84,8 @@ func setAvailable(w *world) {
 
 func setProgressing(w *world) {
 	switch {
+	case w.blocked != nil:
+		set(w, conditions.Progressing, false, w.blocked.reason, w.blocked.message)
 	case paused(w) && targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
 	case targetReached(w) && build.AuthWanted(w.cluster) && !w.cluster.Status.AuthEnabled:
@@ -127,6 +130,12 @@ func setDegraded(w *world) {
 	switch {
 	case w.mismatch != "":
 		set(w, conditions.Degraded, true, conditions.ReasonClusterIDMismatch, w.mismatch)
+	case len(w.foreignCertificates) > 0:
+		set(w, conditions.Degraded, true, conditions.ReasonCertificateNotOwned, strings.Join(w.foreignCertificates, "; "))
+	case w.blocked != nil && w.cluster.Status.Observed == nil:
+		// Nothing was ever created, so nothing can be unhealthy (and the
+		// cluster is not paused, as "no target, no member" would suggest).
+		set(w, conditions.Degraded, false, w.blocked.reason, "No member exists yet")
 	case paused(w):
 		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
 	case w.authProblem != nil:

@@ -48,6 +48,9 @@ type world struct {
 	// one, is missing.
 	secrets       map[string]*corev1.Secret
 	secretProblem string
+	// foreignCertificates describe Certificates of the operator's names
+	// that the cluster does not control.
+	foreignCertificates []string
 	// authProblem is why etcd refuses the operator's credentials (or
 	// wants some the spec does not give).
 	authProblem *progress
