@@ -141,7 +141,9 @@ func run(ctx context.Context, o options) error {
 // reports whether all of them synced before ctx ended.
 func cachesSynced(ctx context.Context, c *controllerpkg.Context) bool {
 	for _, m := range []func(<-chan struct{}) map[string]bool{
-		func(stop <-chan struct{}) map[string]bool { return toNames(c.SharedInformerFactory.WaitForCacheSync(stop)) },
+		func(stop <-chan struct{}) map[string]bool {
+			return toNames(c.SharedInformerFactory.WaitForCacheSync(stop))
+		},
 		c.KubeSharedInformerFactory.WaitForCacheSync,
 	} {
 		for _, ok := range m(ctx.Done()) {
