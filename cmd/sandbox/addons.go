@@ -13,6 +13,13 @@ import (
 // knownAddons are what `up --with` installs, in this order.
 var knownAddons = []string{"cert-manager"}
 
+// addonInstallers install one add-on each and say what is ready.
+var addonInstallers = map[string]func(context.Context, *sandbox.Sandbox) (string, error){
+	"cert-manager": func(ctx context.Context, s *sandbox.Sandbox) (string, error) {
+		return "cert-manager is ready (CA and SelfSigned issuers; no webhook)", s.InstallCertManager(ctx, 3*time.Minute)
+	},
+}
+
 // addons is the --with flag: add-ons to install once the nodes are Ready.
 type addons []string
 
@@ -37,13 +44,11 @@ func (a addons) install(ctx context.Context, s *sandbox.Sandbox) error {
 		if !slices.Contains(a, name) {
 			continue
 		}
-		switch name {
-		case "cert-manager":
-			if err := s.InstallCertManager(ctx, 3*time.Minute); err != nil {
-				return err
-			}
-			fmt.Println("cert-manager is ready (CA and SelfSigned issuers; no webhook)")
+		done, err := addonInstallers[name](ctx, s)
+		if err != nil {
+			return err
 		}
+		fmt.Println(done)
 	}
 	return nil
 }

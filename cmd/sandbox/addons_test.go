@@ -28,3 +28,12 @@ func TestAddonsFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestAddonsHaveInstallers: every add-on the flag accepts can be installed.
+func TestAddonsHaveInstallers(t *testing.T) {
+	for _, name := range knownAddons {
+		if addonInstallers[name] == nil {
+			t.Errorf("add-on %q has no installer", name)
+		}
+	}
+}
