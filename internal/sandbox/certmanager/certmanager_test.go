@@ -65,6 +65,9 @@ func TestDeployment(t *testing.T) {
 			t.Errorf("args %v lack %s", c.Args, arg)
 		}
 	}
+	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("strategy %s: a rolling update deadlocks on the Lease", d.Spec.Strategy.Type)
+	}
 	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Port.IntValue() != healthPort {
 		t.Errorf("readiness probe %+v", c.ReadinessProbe.HTTPGet)
 	}

@@ -87,8 +87,10 @@ func leaseRole() *rbacv1.Role {
 	}
 }
 
-// deployment runs one controller that leads through a Lease, so a rollout
-// never has two issuing at once. It is ready once its informers synced.
+// deployment runs one controller that leads through a Lease, so two never
+// issue at once. It reports ready only once it leads and its informers
+// synced, so a rolling update would wait forever for a new Pod that cannot
+// lead while the old one holds the Lease: it is replaced with Recreate.
 func deployment(image string) *appsv1.Deployment {
 	probe := func(path string) *corev1.Probe {
 		return &corev1.Probe{
@@ -100,6 +102,7 @@ func deployment(image string) *appsv1.Deployment {
 		ObjectMeta: meta(),
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
