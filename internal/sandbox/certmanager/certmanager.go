@@ -48,9 +48,28 @@ func Install(ctx context.Context, cfg *rest.Config, crdDir, image string) error 
 }
 
 // Ready reports whether every cert-manager CRD is Established and the
-// controller's Deployment has a ready Pod (its informers have synced), with
-// what is missing when not.
+// controller's Deployment has a ready Pod (it leads and its informers have
+// synced), with what is missing when not.
 func Ready(ctx context.Context, cfg *rest.Config, crdDir string) (bool, string, error) {
+	if ok, why, err := CRDsEstablished(ctx, cfg, crdDir); !ok || err != nil {
+		return ok, why, err
+	}
+	c, err := newClient(cfg)
+	if err != nil {
+		return false, "", err
+	}
+	var d appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: Name}, &d); err != nil {
+		return false, "", err
+	}
+	if d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas < 1 {
+		return false, fmt.Sprintf("Deployment %s/%s has %d ready Pods", Namespace, Name, d.Status.ReadyReplicas), nil
+	}
+	return true, "", nil
+}
+
+// CRDsEstablished reports whether the API server serves every CRD in crdDir.
+func CRDsEstablished(ctx context.Context, cfg *rest.Config, crdDir string) (bool, string, error) {
 	c, err := newClient(cfg)
 	if err != nil {
 		return false, "", err
@@ -67,13 +86,6 @@ func Ready(ctx context.Context, cfg *rest.Config, crdDir string) (bool, string, 
 		if !established(&got) {
 			return false, "CRD " + want.Name + " not Established", nil
 		}
-	}
-	var d appsv1.Deployment
-	if err := c.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: Name}, &d); err != nil {
-		return false, "", err
-	}
-	if d.Status.ObservedGeneration < d.Generation || d.Status.ReadyReplicas < 1 {
-		return false, fmt.Sprintf("Deployment %s/%s has %d ready Pods", Namespace, Name, d.Status.ReadyReplicas), nil
 	}
 	return true, "", nil
 }

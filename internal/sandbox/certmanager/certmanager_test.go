@@ -8,6 +8,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
+	"github.com/seed74754924/etcd-operator/internal/tools"
 )
 
 // TestClusterRoleAllows: every request the wired controllers make is allowed.
@@ -92,5 +95,31 @@ func TestReadCRDs(t *testing.T) {
 	}
 	if _, err := ReadCRDs(t.TempDir()); err == nil {
 		t.Error("an empty directory gave no error")
+	}
+}
+
+// TestReadCRDsOfToolchain: the release's own CRD files parse strictly, all
+// six of them (skipped before `make tools` has built cert-manager).
+func TestReadCRDsOfToolchain(t *testing.T) {
+	bin, err := tools.BinDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir, err := images.CertManagerDir(filepath.Dir(bin))
+	if err != nil {
+		t.Skip(err)
+	}
+	crds, err := ReadCRDs(filepath.Join(dir, "crds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range crds {
+		names = append(names, c.Name)
+	}
+	for _, want := range []string{"certificates.cert-manager.io", "certificaterequests.cert-manager.io", "issuers.cert-manager.io", "clusterissuers.cert-manager.io"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("CRDs %v lack %s", names, want)
+		}
 	}
 }
