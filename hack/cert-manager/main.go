@@ -61,15 +61,20 @@ var wiredControllers = []string{
 
 func main() {
 	opts := parseFlags(os.Args[1:])
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	logf.InitLogs()
-	defer logf.FlushLogs()
-	ctx = logf.NewContext(ctx, logf.Log)
-	if err := run(ctx, opts); err != nil {
+	err := runUntilSignalled(opts)
+	logf.FlushLogs()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "cert-manager-controller:", err)
 		os.Exit(1)
 	}
+}
+
+// runUntilSignalled runs the controllers until SIGINT or SIGTERM.
+func runUntilSignalled(opts options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return run(logf.NewContext(ctx, logf.Log), opts)
 }
 
 // run starts the health server, waits for leadership when asked to, then

@@ -145,7 +145,7 @@ func startController(kubeconfig string) (stop func(), err error) {
 		build := exec.Command("go", "build", "-o", binary, ".")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("building cert-manager-controller: %v\n%s", err, out)
+			return nil, fmt.Errorf("building cert-manager-controller: %w\n%s", err, out)
 		}
 	}
 	health, err := freeAddress()

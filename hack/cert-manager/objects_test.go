@@ -48,10 +48,6 @@ func dnsNames(names ...string) func(*cmapi.Certificate) {
 	return func(c *cmapi.Certificate) { c.Spec.DNSNames = names }
 }
 
-func secretIn(namespace string) func(*cmapi.Certificate) {
-	return func(c *cmapi.Certificate) { c.Namespace = namespace }
-}
-
 func lifetime(duration, renewBefore time.Duration) func(*cmapi.Certificate) {
 	return func(c *cmapi.Certificate) {
 		c.Spec.Duration = &metav1.Duration{Duration: duration}
