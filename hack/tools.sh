@@ -46,7 +46,7 @@ helm_dir=$root/helm/v$HELM_VERSION
 minio_dir=$root/minio/$MINIO_VERSION
 cm_src=$here/cert-manager
 # Keyed by the wiring's source (tests excluded), like the pause process.
-cm_dir=$root/cert-manager/v$CERT_MANAGER_VERSION-$(cd "$cm_src" && ls go.mod go.sum *.go | grep -v '_test\.go$' | xargs cat | sha256sum | cut -c1-12)
+cm_dir=$root/cert-manager/$CERT_MANAGER_VERSION-$(cd "$cm_src" && ls go.mod go.sum *.go | grep -v '_test\.go$' | xargs cat | sha256sum | cut -c1-12)
 
 if [[ ${1:-} == --dir ]]; then
 	echo "$bin"
@@ -257,15 +257,15 @@ build_minio() {
 build_cert_manager() {
 	local v=$CERT_MANAGER_VERSION mod=github.com/cert-manager/cert-manager
 	[[ -x $cm_dir/cert-manager-controller ]] && return
-	grep -qE "^[[:space:]]*(require )?$mod v$v\$" "$cm_src/go.mod" ||
-		{ echo "tools: hack/cert-manager/go.mod must require $mod v$v (hack/versions.env)" >&2; exit 1; }
-	echo "tools: building cert-manager-controller v$v (several minutes on a cold cache)" >&2
+	grep -qE "^[[:space:]]*(require )?$mod $v\$" "$cm_src/go.mod" ||
+		{ echo "tools: hack/cert-manager/go.mod must require $mod $v (hack/versions.env)" >&2; exit 1; }
+	echo "tools: building cert-manager-controller $v (several minutes on a cold cache)" >&2
 	local w=$work/cert-manager crds
 	mkdir -p "$w/out/crds"
 	(cd "$cm_src" && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags "-s -w" -o "$w/out/cert-manager-controller" . >>"$log" 2>&1) ||
 		fail "hack/cert-manager"
 	crds=$(cd "$cm_src" && GOWORK=off go list -m -f '{{.Dir}}' "$mod" 2>>"$log")/deploy/crds
-	cp "$crds"/*.yaml "$w/out/crds/" || fail "$mod@v$v"
+	cp "$crds"/*.yaml "$w/out/crds/" || fail "$mod@$v"
 	chmod -R u+w "$w/out/crds"
 	install_dir "$w/out" "$cm_dir"
 }
