@@ -33,6 +33,8 @@ var (
 	clusterResourceNamespace = "cert-manager"
 	// controllerLog collects the controller's output for failure dumps.
 	controllerLog = &syncBuffer{}
+	// scratch holds the kubeconfig and the built binary; removed at the end.
+	scratch string
 )
 
 func TestMain(m *testing.M) {
@@ -40,6 +42,12 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	var err error
+	if scratch, err = os.MkdirTemp("", "cert-manager-test-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(scratch) }()
 	env, kubeconfig, err := startAPIServer()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -93,7 +101,7 @@ func startAPIServer() (*envtest.Environment, string, error) {
 	if err != nil {
 		return env, "", err
 	}
-	kubeconfig := filepath.Join(os.TempDir(), fmt.Sprintf("cert-manager-test-%d.kubeconfig", os.Getpid()))
+	kubeconfig := filepath.Join(scratch, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, raw, 0o600); err != nil {
 		return env, "", err
 	}
@@ -141,7 +149,7 @@ func certManagerCRDDir() (string, error) {
 func startController(kubeconfig string) (stop func(), err error) {
 	binary := os.Getenv("CERT_MANAGER_CONTROLLER")
 	if binary == "" {
-		binary = filepath.Join(os.TempDir(), fmt.Sprintf("cert-manager-controller-%d", os.Getpid()))
+		binary = filepath.Join(scratch, "cert-manager-controller")
 		build := exec.Command("go", "build", "-o", binary, ".")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
