@@ -103,6 +103,15 @@ unit: tools ## Unit tests (no API server, no sandbox; the agents' run real etcd,
 test-api: tools ## CRD tests on a real kube-apiserver.
 	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 10m ./test/api/...
 
+# hack/cert-manager is a module of its own; its tests run the toolchain's
+# build of it (make tools) against a bare kube-apiserver. test/certmanager
+# runs the same binary as the sandbox installs it (RBAC, arguments).
+.PHONY: test-cert-manager
+test-cert-manager: tools ## cert-manager's real controllers issue and renew on a real kube-apiserver, with the sandbox's RBAC.
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 10m ./test/certmanager/...
+	bin="$$(hack/tools.sh | tail -n1)"; cd hack/cert-manager && GOWORK=off ETCD_OPERATOR_TOOLS_BIN="$$bin" \
+		CERT_MANAGER_CONTROLLER="$$bin/cert-manager-controller" $(GO) test -count=1 -timeout 10m .
+
 # --- sandbox (a local Kubernetes with real nodes, no container engine; needs root)
 # The toolchain's bin directory comes first on PATH, so kubectl is the pinned one.
 TOOLS_ENV = ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" PATH="$$(hack/tools.sh --dir):$$PATH"

@@ -14,6 +14,8 @@
 #   golangci-lint/v<ver>/golangci-lint
 #   helm/v<ver>/helm
 #   minio/<ver>/minio                           the S3 server of snapshot tests
+#   cert-manager/v<ver>-<source hash>/{cert-manager-controller,crds/}
+#                                               cert-manager's controllers (hack/cert-manager)
 #   bin/                                        symlinks to the default versions
 #
 # The sandbox's nodes also need runc and the CNI plugins, which come from
@@ -42,6 +44,9 @@ pause_dir=$root/pause/$(sha256sum "$pause_src" | cut -c1-12)
 lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
 helm_dir=$root/helm/v$HELM_VERSION
 minio_dir=$root/minio/$MINIO_VERSION
+cm_src=$here/cert-manager
+# Keyed by the wiring's source (tests excluded), like the pause process.
+cm_dir=$root/cert-manager/$CERT_MANAGER_VERSION-$(cd "$cm_src" && ls go.mod go.sum *.go | grep -v '_test\.go$' | xargs cat | sha256sum | cut -c1-12)
 
 if [[ ${1:-} == --dir ]]; then
 	echo "$bin"
@@ -53,13 +58,14 @@ fi
 complete() {
 	local f
 	for f in "${kube_cmds[@]/#/$kube_dir/}" "${containerd_cmds[@]/#/$containerd_dir/}" "$coredns_dir/coredns" \
-		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm" "$minio_dir/minio"; do
+		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm" "$minio_dir/minio" \
+		"$cm_dir/cert-manager-controller"; do
 		[[ -x $f ]] || return 1
 	done
 	for v in "${etcd_versions[@]}"; do
 		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
 	done
-	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio; do
+	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio cert-manager-controller; do
 		[[ -x $bin/$f ]] || return 1
 	done
 	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
@@ -70,6 +76,7 @@ complete() {
 	[[ $(readlink "$bin/golangci-lint") == "$lint_dir/golangci-lint" ]] || return 1
 	[[ $(readlink "$bin/helm") == "$helm_dir/helm" ]] || return 1
 	[[ $(readlink "$bin/minio") == "$minio_dir/minio" ]] || return 1
+	[[ $(readlink "$bin/cert-manager-controller") == "$cm_dir/cert-manager-controller" ]] || return 1
 }
 
 if complete; then
@@ -243,6 +250,26 @@ build_minio() {
 	install_dir "$w/out" "$minio_dir"
 }
 
+# build_cert_manager builds hack/cert-manager, a module of its own that runs
+# cert-manager's real controllers, and copies the CRDs of the same release
+# next to it. Its directory is keyed by its source too, so a change to the
+# wiring gets a new binary and a new sandbox image.
+build_cert_manager() {
+	local v=$CERT_MANAGER_VERSION mod=github.com/cert-manager/cert-manager
+	[[ -x $cm_dir/cert-manager-controller ]] && return
+	grep -qE "^[[:space:]]*(require )?$mod $v\$" "$cm_src/go.mod" ||
+		{ echo "tools: hack/cert-manager/go.mod must require $mod $v (hack/versions.env)" >&2; exit 1; }
+	echo "tools: building cert-manager-controller $v (several minutes on a cold cache)" >&2
+	local w=$work/cert-manager crds
+	mkdir -p "$w/out/crds"
+	(cd "$cm_src" && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags "-s -w" -o "$w/out/cert-manager-controller" . >>"$log" 2>&1) ||
+		fail "hack/cert-manager"
+	crds=$(cd "$cm_src" && GOWORK=off go list -m -f '{{.Dir}}' "$mod" 2>>"$log")/deploy/crds
+	cp "$crds"/*.yaml "$w/out/crds/" || fail "$mod@$v"
+	chmod -R u+w "$w/out/crds"
+	install_dir "$w/out" "$cm_dir"
+}
+
 # link points bin/<name> at target, replacing any older link atomically.
 link() {
 	ln -sfn "$2" "$bin/.$1.tmp"
@@ -257,6 +284,7 @@ build_pause
 build_golangci_lint
 build_helm
 build_minio
+build_cert_manager
 
 mkdir -p "$bin"
 for c in "${kube_cmds[@]}"; do link "$c" "$kube_dir/$c"; done
@@ -267,5 +295,6 @@ for c in etcd etcdctl etcdutl; do link "$c" "$root/etcd/v$default_etcd/$c"; done
 link golangci-lint "$lint_dir/golangci-lint"
 link helm "$helm_dir/helm"
 link minio "$minio_dir/minio"
+link cert-manager-controller "$cm_dir/cert-manager-controller"
 
 echo "$bin"

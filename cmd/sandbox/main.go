@@ -4,7 +4,7 @@
 // injection, all in a network namespace, a mount namespace and a cgroup of
 // its own.
 //
-//	sandbox up [--dir D] [--nodes N] [--name ID] [--pod-cidr CIDR] [--max-backoff 5m]
+//	sandbox up [--dir D] [--nodes N] [--name ID] [--pod-cidr CIDR] [--max-backoff 5m] [--with cert-manager]
 //	sandbox down [--dir D] [--name ID]
 //	sandbox status [--dir D]
 //	sandbox fault kill NS/POD [CONTAINER] | stop-node NODE | start-node NODE |
@@ -107,6 +107,8 @@ func up(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.PodCIDR, "pod-cidr", "", "IPv4 /16 for Pod IPs (default a free 10.x.0.0/16 derived from the name)")
 	fs.DurationVar(&cfg.MaxBackoff, "max-backoff", 0, "cap of CrashLoopBackOff (default the kubelet's 5m)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "how long to wait for the nodes (default 5m)")
+	var with addons
+	fs.Var(&with, "with", "also install an add-on and wait until it is ready (repeatable or comma-separated): cert-manager")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -126,7 +128,7 @@ func up(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("sandbox %s is up: %d nodes Ready, API server %s, Pod CIDR %s\n", st.Name, len(st.Nodes), st.APIServer, st.PodCIDR)
 	fmt.Printf("kubeconfig: %s\n", s.Kubeconfig())
-	return nil
+	return with.install(ctx, s)
 }
 
 func down(ctx context.Context, args []string) error {
