@@ -153,5 +153,5 @@ bench: tools sandbox-deps sandbox-bin image image-faults ## Time the scenarios o
 	$(TOOLS_ENV) $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
 
 .PHONY: test
-test: tools check-generate vet lint unit test-api test-sandbox test-e2e ## Everything CI checks.
+test: tools check-generate vet lint unit test-api test-cert-manager test-sandbox test-e2e ## Everything CI checks.
 	@echo "make test: all checks passed"
