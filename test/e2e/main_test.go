@@ -145,7 +145,7 @@ var suiteNamespaces = []string{
 	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-tls", "e2e-bench",
 	"e2e-leader", "e2e-clientservice", "e2e-claimloss", "e2e-concurrent", "e2e-nsdelete",
 	"e2e-upgrade", "e2e-versions", "e2e-settings", "e2e-rollstuck", kubectlNS,
-	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth",
+	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager",
 }
 
 // installOperator installs the chart as a release in ns. Only the first
@@ -206,6 +206,15 @@ func dumpOperator() {
 func kubectl(args ...string) (string, error) {
 	cmd := exec.Command("kubectl", args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// kubectlStdin runs kubectl against the sandbox with stdin as its input.
+func kubectlStdin(stdin string, args ...string) (string, error) {
+	cmd := exec.Command("kubectl", args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
+	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
