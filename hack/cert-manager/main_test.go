@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -182,21 +183,21 @@ func startController(kubeconfig string) (stop func(), err error) {
 }
 
 func waitReady(url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		resp, err := http.Get(url) //nolint:gosec // a loopback address the test chose
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("%s answered %s", url, resp.Status)
+		if err != nil {
+			last = err
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(200 * time.Millisecond)
+		_ = resp.Body.Close()
+		last = fmt.Errorf("%s answered %s", url, resp.Status)
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil && last != nil {
+		return last
 	}
+	return err
 }
 
 // freeAddress returns a loopback address with a port nothing listens on.

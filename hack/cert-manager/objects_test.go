@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -76,15 +77,14 @@ const issueTimeout = time.Minute
 
 func eventually(t *testing.T, what string, timeout time.Duration, ok func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last error
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		done, err := ok()
-		if done {
-			return
-		}
 		last = err
-		time.Sleep(250 * time.Millisecond)
+		return done, nil
+	})
+	if err == nil {
+		return
 	}
 	dumpCertManagerObjects(t)
 	t.Fatalf("%s: not true after %s (last error: %v)", what, timeout, last)

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -185,21 +186,21 @@ func startOperator(t *testing.T, ns string) *operator {
 // or as soon as the operator stops.
 func (op *operator) waitFor(t *testing.T, what string, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		select {
 		case stopErr := <-op.stopped:
-			t.Fatalf("waiting for %s: the operator stopped: %v", what, stopErr)
+			return false, fmt.Errorf("the operator stopped: %w", stopErr)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v (after %s)\nEvents:\n%s", what, err, timeout, op.events)
+		last = check()
+		return last == nil, nil
+	})
+	if err != nil {
+		if last == nil || !wait.Interrupted(err) {
+			last = err
 		}
-		time.Sleep(200 * time.Millisecond)
+		t.Fatalf("waiting for %s: %v (after %s)\nEvents:\n%s", what, last, timeout, op.events)
 	}
 }
 
@@ -282,22 +283,23 @@ func installCRDs(t *testing.T, dir string) {
 // its objects, which can take a while).
 func withoutCertManager(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var left []apiextensionsv1.CustomResourceDefinition
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		crds := &apiextensionsv1.CustomResourceDefinitionList{}
-		if err := k.List(context.Background(), crds); err != nil {
-			t.Fatal(err)
+		if err := k.List(ctx, crds); err != nil {
+			return false, err
 		}
-		left := slices.DeleteFunc(crds.Items, func(c apiextensionsv1.CustomResourceDefinition) bool {
+		left = slices.DeleteFunc(crds.Items, func(c apiextensionsv1.CustomResourceDefinition) bool {
 			return !strings.HasSuffix(c.Spec.Group, "cert-manager.io")
 		})
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cert-manager's CRD %s is still there", left[0].Name)
-		}
-		time.Sleep(time.Second)
+		return len(left) == 0, nil
+	})
+	switch {
+	case err == nil:
+	case wait.Interrupted(err) && len(left) > 0:
+		t.Fatalf("cert-manager's CRD %s is still there", left[0].Name)
+	default:
+		t.Fatal(err)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -160,14 +161,14 @@ func freeAddress(t *testing.T) string {
 // and the controller's log, if one is given.
 func waitFor(t *testing.T, what string, ok func() (bool, string), logs ...*os.File) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
 	var why string
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		var done bool
-		if done, why = ok(); done {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
+		done, why = ok()
+		return done, nil
+	})
+	if err == nil {
+		return
 	}
 	for _, l := range logs {
 		if out, err := os.ReadFile(l.Name()); err == nil {
