@@ -176,7 +176,10 @@ func apply(ctx context.Context, env Env, o Options, plans []*Plan, carry []*Sche
 }
 
 // adoptedCluster reports whether the cluster's adoption finished: the
-// EtcdCluster etcd-migrate made exists and the legacy cluster is gone.
+// EtcdCluster etcd-migrate made exists and the legacy cluster it came from
+// is gone or going. The last step deletes the legacy cluster orphaning its
+// dependents, which keeps it, marked for deletion, until the garbage
+// collector has let go of them: that is finished too.
 func adoptedCluster(ctx context.Context, c client.Client, ns, name string) bool {
 	ec := &v1alpha2.EtcdCluster{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ec); err != nil || ec.Annotations[MigratedFromAnnotation] == "" {
@@ -184,8 +187,13 @@ func adoptedCluster(ctx context.Context, c client.Client, ns, name string) bool 
 	}
 	legacy := &unstructured.Unstructured{}
 	legacy.SetGroupVersionKind(LegacyGVR.GroupVersion().WithKind("EtcdCluster"))
-	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, legacy)
-	return apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, legacy); {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+		return true
+	case err != nil:
+		return false
+	}
+	return legacy.GetDeletionTimestamp() != nil && string(legacy.GetUID()) == ec.Annotations[MigratedFromAnnotation]
 }
 
 func exitFor(problems int) int {

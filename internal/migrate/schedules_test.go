@@ -5,12 +5,14 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -109,5 +111,44 @@ func TestApplyScheduleIsIdempotent(t *testing.T) {
 	other.Legacy.SetUID("another-uid")
 	if err := ApplySchedule(ctx, c, other); err == nil || !strings.Contains(err.Error(), "did not make") {
 		t.Errorf("a schedule the tool did not make from this one: %v", err)
+	}
+}
+
+// The legacy cluster lingers, marked for deletion, while the garbage
+// collector orphans its dependents: the adoption is finished all the same,
+// and a schedule run in the same pass is carried.
+func TestAdoptedClusterWhileTheLegacyOneGoes(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha2.AddToScheme(scheme)
+	ctx := context.Background()
+	adopted := &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", Annotations: map[string]string{MigratedFromAnnotation: "legacy-cluster-uid"}}}
+	legacy := func(uid string, deleting bool) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(LegacyGVR.GroupVersion().WithKind("EtcdCluster"))
+		u.SetNamespace("ns")
+		u.SetName("db")
+		u.SetUID(types.UID(uid))
+		if deleting {
+			u.SetFinalizers([]string{metav1.FinalizerOrphanDependents})
+			u.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name    string
+		objects []client.Object
+		want    bool
+	}{
+		{"no EtcdCluster yet", []client.Object{legacy("legacy-cluster-uid", false)}, false},
+		{"legacy cluster still there", []client.Object{adopted.DeepCopy(), legacy("legacy-cluster-uid", false)}, false},
+		{"legacy cluster going", []client.Object{adopted.DeepCopy(), legacy("legacy-cluster-uid", true)}, true},
+		{"another legacy cluster of the name going", []client.Object{adopted.DeepCopy(), legacy("other-uid", true)}, false},
+		{"legacy cluster gone", []client.Object{adopted.DeepCopy()}, true},
+	} {
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.objects...).Build()
+		if got := adoptedCluster(ctx, c, "ns", "db"); got != tc.want {
+			t.Errorf("%s: adopted %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
