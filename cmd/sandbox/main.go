@@ -22,6 +22,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
 	"github.com/seed74754924/etcd-operator/internal/sandbox/namespace"
 )
@@ -39,6 +42,8 @@ Every command takes --dir (default <repo>/.sandbox). Run "sandbox COMMAND -h" fo
 `
 
 func main() {
+	// The Kubernetes clients the sandbox uses log nothing of their own.
+	ctrllog.SetLogger(logr.Discard())
 	if enteringNetns() {
 		err := namespace.ReexecInNetns()
 		fmt.Fprintln(os.Stderr, "sandbox daemon:", err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
@@ -50,6 +52,8 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	// The suites' clients log nothing of their own.
+	ctrllog.SetLogger(logr.Discard())
 	os.Exit(run(m))
 }
 
@@ -145,7 +149,7 @@ var suiteNamespaces = []string{
 	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-tls", "e2e-bench",
 	"e2e-leader", "e2e-clientservice", "e2e-claimloss", "e2e-concurrent", "e2e-nsdelete",
 	"e2e-upgrade", "e2e-versions", "e2e-settings", "e2e-rollstuck", kubectlNS,
-	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager",
+	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager", "e2e-tlsmodes",
 }
 
 // installOperator installs the chart as a release in ns. Only the first

@@ -132,14 +132,24 @@ type rotation struct {
 // rotate changes Secrets and waits until every member was restarted onto
 // them, one at a time, with writes going on; it reports the longest stall.
 func (r *rotation) rotate(step string, secrets map[string]map[string][]byte) {
+	r.t.Helper()
+	r.roll(step, func() {
+		for secret, data := range secrets {
+			updateSecret(r.t, r.ns, secret, data)
+		}
+	})
+}
+
+// roll makes a change to certificate material (change returns once the
+// material changed) and waits until every member was restarted onto it,
+// one at a time, with writes going on; it reports the longest stall.
+func (r *rotation) roll(step string, change func()) {
 	t, ns, name := r.t, r.ns, r.name
 	t.Helper()
 	before := pods(t, ns, name)
 	changedAt := metav1.Now().Rfc3339Copy()
 	r.w.mark(step)
-	for secret, data := range secrets {
-		updateSecret(t, ns, secret, data)
-	}
+	change()
 	eventually(t, 5*time.Minute, step+": every member restarted", func() (bool, string) {
 		lr := getCluster(t, ns, name).Status.LastRollOut
 		if lr == nil || lr.StartTime.Before(&changedAt) || lr.CompletionTime == nil {
@@ -161,7 +171,13 @@ func (r *rotation) rotate(step string, secrets map[string]map[string][]byte) {
 // serving checks that every member presents the certificate on a port.
 func (r *rotation) serving(port string, want keyPair) {
 	r.t.Helper()
-	serial := x509Leaf(r.t, want).SerialNumber
+	r.servingSerial(port, x509Leaf(r.t, want).SerialNumber)
+}
+
+// servingSerial checks that every member presents the certificate of a
+// serial number on a port.
+func (r *rotation) servingSerial(port string, serial *big.Int) {
+	r.t.Helper()
 	for n, p := range pods(r.t, r.ns, r.name) {
 		if got := servedSerial(r.t, p.Status.PodIP, port, r.clientCert.Load()); got.Cmp(serial) != 0 {
 			r.t.Errorf("member %s serves certificate %s on port %s, want %s", n, got, port, serial)
