@@ -42,7 +42,7 @@ var Steps = []Step{
 	{"statefulset", "delete the StatefulSet, orphaning its Pods, and wait until it is gone", (*applier).retireStatefulSet},
 	{"pods", "hand each Pod and claim to its EtcdMember (owner reference, labels)", (*applier).adoptPods},
 	{"services", "give the legacy headless Service and the cluster-state ConfigMap (which the adopted Pods read at every container start) to the EtcdCluster; delete a ClusterIP Service named like the cluster", (*applier).services},
-	{"legacy", "delete the PodDisruptionBudget and the legacy EtcdCluster (orphaning the rest)", (*applier).retireLegacy},
+	{"legacy", "delete the PodDisruptionBudget and the legacy EtcdCluster (orphaning the rest), and wait until it is gone", (*applier).retireLegacy},
 }
 
 // ErrStopped is returned when the run stopped after the step it was told to
@@ -441,6 +441,20 @@ func (a *applier) retireLegacy(ctx context.Context) error {
 	err := a.env.Client.Delete(ctx, u, client.PropagationPolicy(metav1.DeletePropagationOrphan), client.Preconditions{UID: ptr.To(l.Object.GetUID())})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting the legacy EtcdCluster: %w", err)
+	}
+	// Orphaning keeps it, marked for deletion, until the garbage collector
+	// has let go of its dependents: the adoption is done when it is gone.
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(u.GroupVersionKind())
+		err := a.env.Client.Get(ctx, client.ObjectKeyFromObject(u), got)
+		if err == nil && got.GetUID() != l.Object.GetUID() {
+			return true, nil // a new legacy cluster of the name: not ours
+		}
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the legacy EtcdCluster to be deleted (the garbage collector orphans its dependents first; is kube-controller-manager running?): %w", err)
 	}
 	return nil
 }
