@@ -257,6 +257,12 @@ func readWith(ns, cluster string, cert *tls.Certificate) error {
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
+	return readOnce(ns, cluster, eps, cfg)
+}
+
+// readOnce reads a key from the cluster at eps, with TLS when cfg is not
+// nil: nil when etcd served the read.
+func readOnce(ns, cluster string, eps []string, cfg *tls.Config) error {
 	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop(), TLS: cfg,
 		DialOptions: []grpc.DialOption{grpc.WithContextDialer(etcd.ResolvingDialer(podAddress(ns, cluster)))}})
 	if err != nil {
@@ -265,6 +271,6 @@ func readWith(ns, cluster string, cert *tls.Certificate) error {
 	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = c.Get(ctx, "rotation-probe")
+	_, err = c.Get(ctx, "probe")
 	return err
 }

@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,7 +19,6 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
-	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
 // TestTLSModes runs, side by side and each with a writer, a cluster in each
@@ -203,16 +199,7 @@ func readPlain(ns, cluster string) error {
 			eps = append(eps, fmt.Sprintf("http://%s.%s.%s.svc:2379", p.Name, cluster, ns))
 		}
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithContextDialer(etcd.ResolvingDialer(podAddress(ns, cluster)))}})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err = c.Get(ctx, "plain-probe")
-	return err
+	return readOnce(ns, cluster, eps, nil)
 }
 
 // peerVersion asks a member's peer port for its version over TLS,
