@@ -135,3 +135,42 @@ func alarms(in []*etcdserverpb.AlarmMember) []Alarm {
 	}
 	return out
 }
+
+// GiveRootAPassword makes root a user that logs in with this password and
+// holds the root role. etcd keeps a user created without a password
+// (authenticated by its client certificate alone) so for good: it neither
+// sets a password on it nor deletes root while authentication is on. So
+// authentication is switched off, root deleted and added back with the
+// password, granted the root role and authentication switched on again: a
+// window of a few round trips in which etcd checks no credentials, and
+// after which every token must be renewed (clients authenticated by
+// certificate are not affected). Every step tolerates having been done,
+// so a call that died half-way is finished by the next. The client must
+// be root.
+func (c *client) GiveRootAPassword(ctx context.Context, password string) error {
+	on, err := c.AuthEnabled(ctx)
+	if err != nil {
+		return err
+	}
+	if on {
+		if _, err := c.c.AuthDisable(ctx); err != nil {
+			return classify(fmt.Errorf("switching authentication off: %w", err))
+		}
+	}
+	if _, err := c.c.UserDelete(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
+		return classify(fmt.Errorf("deleting user root: %w", err))
+	}
+	if _, err := c.c.UserAdd(ctx, "root", password); err != nil {
+		return classify(fmt.Errorf("adding user root: %w", err))
+	}
+	if _, err := c.c.RoleAdd(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+		return classify(fmt.Errorf("adding role root: %w", err))
+	}
+	if _, err := c.c.UserGrantRole(ctx, "root", "root"); err != nil {
+		return classify(fmt.Errorf("granting role root: %w", err))
+	}
+	if _, err := c.c.AuthEnable(ctx); err != nil {
+		return classify(fmt.Errorf("switching authentication on: %w", err))
+	}
+	return nil
+}

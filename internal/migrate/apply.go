@@ -1,7 +1,9 @@
 package migrate
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -37,8 +39,10 @@ type Step struct {
 // Steps of an adoption, in order.
 var Steps = []Step{
 	{"snapshot", "save a snapshot of the data to a local file (unless --skip-backup)", (*applier).snapshot},
+	{"secrets", "add to ca.crt of the server and peer Secrets the CAs the legacy cluster keeps in separate Secrets (only with spec.security.tls)", (*applier).secrets},
 	{"cluster", "create the EtcdCluster and pre-fill its status (cluster ID, token, target): no bootstrap", (*applier).cluster},
 	{"members", "create an EtcdMember per live member and pre-fill its status (member ID, Pod, claim, voter)", (*applier).members},
+	{"auth", "give etcd's root user (made without a password by the legacy operator) the password of Secret <cluster>-root-credentials, made with a random one unless it exists: authentication is off for a moment (only with spec.security.enableAuth)", (*applier).auth},
 	{"statefulset", "delete the StatefulSet, orphaning its Pods, and wait until it is gone", (*applier).retireStatefulSet},
 	{"pods", "hand each Pod and claim to its EtcdMember (owner reference, labels)", (*applier).adoptPods},
 	{"services", "give the legacy headless Service and the cluster-state ConfigMap (which the adopted Pods read at every container start) to the EtcdCluster; delete a ClusterIP Service named like the cluster", (*applier).services},
@@ -105,18 +109,12 @@ func (a *applier) snapshot(ctx context.Context) error {
 		a.logf("safety snapshot %s exists already", path)
 		return nil
 	}
-	var pod *corev1.Pod
-	for _, m := range lv.Members {
-		if m.Pod != nil && podReady(m.Pod) {
-			pod = m.Pod
-			break
-		}
-	}
+	pod := a.readyPod()
 	if pod == nil {
 		return errors.New("no Ready member to take a snapshot from")
 	}
 	tmp := path + ".part"
-	err := withEtcd(ctx, a.env, pod, func(cl etcd.Maintenance) error {
+	err := lv.withEtcd(ctx, a.env, pod, func(cl etcd.Maintenance) error {
 		return saveSnapshot(ctx, cl, tmp)
 	})
 	if err != nil {
@@ -273,7 +271,15 @@ func (a *applier) adoptPods(ctx context.Context) error {
 		if string(pod.UID) != m.Status.PodUID {
 			return fmt.Errorf("pod %s is not the Pod the member was recorded with (UID %s, now %s): it was recreated meanwhile", pod.Name, m.Status.PodUID, pod.UID)
 		}
-		if err := a.handOver(ctx, pod, m, memberPodLabels(pod.Labels, cluster, m.Name, true), map[string]string{build.AnnotationInitialClusterState: build.StateExisting}); err != nil {
+		anns := map[string]string{build.AnnotationInitialClusterState: build.StateExisting}
+		if h, err := a.secretHashes(ctx, m); err != nil {
+			return err
+		} else if h != "" {
+			// The certificate material the Pod runs with, as the operator
+			// records it on the Pods it starts: a later renewal rolls it.
+			anns[build.AnnotationSecretHashes] = h
+		}
+		if err := a.handOver(ctx, pod, m, memberPodLabels(pod.Labels, cluster, m.Name, true), anns); err != nil {
 			return err
 		}
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -285,6 +291,54 @@ func (a *applier) adoptPods(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// secrets adds the planned CAs to ca.crt of the certificate Secrets. It
+// reads each Secret afresh and appends only the CAs it lacks, so a re-run
+// changes nothing more.
+func (a *applier) secrets(ctx context.Context) error {
+	bySecret := map[string][]*x509.Certificate{}
+	for _, c := range a.plan.CAChanges {
+		bySecret[c.Secret] = append(bySecret[c.Secret], c.CA)
+	}
+	for _, name := range sortedKeys(bySecret) {
+		s := &corev1.Secret{}
+		if err := a.env.Client.Get(ctx, a.key(name), s); err != nil {
+			return fmt.Errorf("reading Secret %s: %w", name, err)
+		}
+		bundle := withCAs(s.Data[build.KeyCA], bySecret[name])
+		if bytes.Equal(bundle, s.Data[build.KeyCA]) {
+			continue
+		}
+		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		s.Data[build.KeyCA] = bundle
+		if err := a.env.Client.Patch(ctx, s, patch); err != nil {
+			return fmt.Errorf("adding CAs to ca.crt of Secret %s: %w", name, err)
+		}
+		a.logf("Secret %s: ca.crt now holds %d CA(s) more", name, len(bySecret[name]))
+	}
+	return nil
+}
+
+// secretHashes renders the hashes of the certificate material a member
+// mounts, or "" for a member without TLS.
+func (a *applier) secretHashes(ctx context.Context, m *v1alpha2.EtcdMember) (string, error) {
+	uses := build.MountedSecrets(m)
+	if len(uses) == 0 {
+		return "", nil
+	}
+	secrets := map[string]*corev1.Secret{}
+	for _, u := range uses {
+		s := &corev1.Secret{}
+		if err := a.env.Client.Get(ctx, a.key(u.Name), s); err != nil {
+			return "", fmt.Errorf("reading Secret %s: %w", u.Name, err)
+		}
+		secrets[u.Name] = s
+	}
+	return build.SecretHashes(build.HashSecrets(uses, secrets)), nil
 }
 
 // handOver replaces obj's controller reference with the member's and adds

@@ -54,6 +54,9 @@ type Live struct {
 	ClusterID   uint64
 	Members     []LiveMember
 	AuthEnabled bool
+	// TLS is the certificate material of a legacy cluster with
+	// spec.security.tls, read from its Secrets.
+	TLS *material
 	// Adopted is the new EtcdCluster of the same name, if it exists.
 	Adopted *v1alpha2.EtcdCluster
 	// Problems stop the adoption of this cluster.
@@ -70,6 +73,17 @@ func Inspect(ctx context.Context, env Env, l *Legacy) *Live {
 	lv := &Live{Legacy: l}
 	if err := lv.readObjects(ctx, env.Client); err != nil {
 		lv.refuse("reading its objects: %v", err)
+		return lv
+	}
+	problems := len(lv.Problems)
+	if err := lv.readTLS(ctx, env.Client); err != nil {
+		lv.refuse("reading its TLS Secrets: %v", err)
+	}
+	if err := lv.readAuth(ctx, env.Client); err != nil {
+		lv.refuse("reading its root credentials: %v", err)
+	}
+	if len(lv.Problems) > problems {
+		// Without usable certificates etcd cannot be asked.
 		return lv
 	}
 	if err := lv.askEtcd(ctx, env); err != nil {
@@ -121,7 +135,7 @@ func (lv *Live) askEtcd(ctx context.Context, env Env) error {
 		if !podReady(p) {
 			continue
 		}
-		err := withEtcd(ctx, env, p, func(cl etcd.Maintenance) error {
+		err := lv.withEtcd(ctx, env, p, func(cl etcd.Maintenance) error {
 			list, err := timed(ctx, 10*time.Second, cl.MemberList)
 			if err != nil {
 				return err
@@ -147,8 +161,14 @@ func (lv *Live) askEtcd(ctx context.Context, env Env) error {
 }
 
 // withEtcd forwards a local port to the Pod's client port and runs fn with a
-// client dialled through it. Legacy clusters without client TLS only.
-func withEtcd(ctx context.Context, env Env, p *corev1.Pod, fn func(etcd.Maintenance) error) error {
+// client dialled through it, over TLS with the legacy certificates when the
+// cluster has client TLS (the member's own name is the one verified).
+func (lv *Live) withEtcd(ctx context.Context, env Env, p *corev1.Pod, fn func(etcd.Maintenance) error) error {
+	return lv.withEtcdAs(ctx, env, p, "", "", fn)
+}
+
+// withEtcdAs is withEtcd logged in as a user (none when user is empty).
+func (lv *Live) withEtcdAs(ctx context.Context, env Env, p *corev1.Pod, user, password string, fn func(etcd.Maintenance) error) error {
 	local, stop, err := env.Forwarder.Forward(ctx, p, build.ClientPort)
 	if err != nil {
 		return err
@@ -158,8 +178,16 @@ func withEtcd(ctx context.Context, env Env, p *corev1.Pod, fn func(etcd.Maintena
 	if dial == nil {
 		dial = etcd.DialMaintenance
 	}
+	cfg := lv.clientTLS()
+	scheme := "http"
+	if cfg != nil {
+		scheme = "https"
+	}
 	cl, err := dial(ctx, etcd.Config{
-		Endpoints:   []string{fmt.Sprintf("http://%s:%d", p.Name, local)},
+		Endpoints:   []string{fmt.Sprintf("%s://%s:%d", scheme, lv.memberHost(p.Name), local)},
+		TLS:         cfg,
+		Username:    user,
+		Password:    password,
 		DialTimeout: 5 * time.Second,
 		Resolve:     func(string) (string, bool) { return "127.0.0.1", true },
 	})

@@ -25,6 +25,8 @@ type Plan struct {
 	// Members are the EtcdMembers to create, one per live member, named
 	// after its Pod, status pre-filled with what etcd and the Pod say.
 	Members []*v1alpha2.EtcdMember
+	// CAChanges are the CAs ca.crt of the certificate Secrets gains.
+	CAChanges []caChange
 }
 
 // Refusals are the reasons the cluster is left untouched.
@@ -42,6 +44,8 @@ func NewPlan(lv *Live, version string) *Plan {
 		Observed:     build.Observe(&p.Cluster.Spec),
 	}
 	t.Risks = append(t.Risks, standingRisks(lv)...)
+	t.Risks = append(t.Risks, lv.tlsRisks()...)
+	p.CAChanges = lv.caChanges()
 	p.Members = p.members(p.Cluster)
 	return p
 }
@@ -106,11 +110,14 @@ func standingRisks(lv *Live) []string {
 	} else {
 		out = append(out, fmt.Sprintf("the legacy client Service %s is kept but no longer managed; clients should move to %s", l.ClientService(), build.ClientServiceName(l.Name())))
 	}
-	if lv.AuthEnabled {
+	switch auth := l.Spec.Security != nil && l.Spec.Security.EnableAuth; {
+	case auth:
+		out = append(out, fmt.Sprintf("AUTH: the legacy root user has no password (it authenticates by certificate); the operator logs in as root with the password of Secret %s (made with a random password unless it exists). etcd cannot give that user a password, so the tool switches authentication off for a moment (a few round trips), re-creates root with the password and the root role, and switches it on again. Other users and roles stay; clients authenticated by certificate are not affected; clients with tokens log in again", RootCredentialsSecretName(l.Name())))
+	case lv.AuthEnabled:
 		out = append(out, "etcd auth is on although the legacy spec does not ask for it")
 	}
 	for _, m := range lv.Members {
-		if strings.HasPrefix(m.PeerURL, "https://") {
+		if strings.HasPrefix(m.PeerURL, "https://") && !l.peerSecretOn() {
 			out = append(out, "SECURITY: the peer plane runs etcd's --peer-auto-tls (encrypted, not authenticated: any Pod that reaches port 2380 can join the peer traffic); the adopted cluster and its new members keep it (annotation "+build.AnnotationPeerAutoTLS+")")
 			break
 		}
@@ -136,6 +143,15 @@ func (p *Plan) Render(w io.Writer) error {
 	}
 	for _, d := range p.Translation.Dropped {
 		fmt.Fprintf(w, "  - %s: %s\n", d.Field, d.Why)
+	}
+	if p.Live.TLS != nil {
+		fmt.Fprintln(w, "Secrets to change:")
+		if len(p.CAChanges) == 0 {
+			fmt.Fprintln(w, "  (none: ca.crt of the certificate Secrets holds every CA needed)")
+		}
+		for _, c := range p.CAChanges {
+			fmt.Fprintf(w, "  - %s\n", c)
+		}
 	}
 	fmt.Fprintln(w, "Risks:")
 	for _, r := range p.Translation.Risks {
@@ -163,8 +179,8 @@ func (p *Plan) Render(w io.Writer) error {
 
 func (p *Plan) renderLive(w io.Writer) {
 	lv := p.Live
-	fmt.Fprintf(w, "Found: cluster ID %s, %d members, auth %s, client TLS off, peer TLS %s\n",
-		etcd.FormatID(lv.ClusterID), len(lv.Members), onOff(lv.AuthEnabled), peerTLS(lv))
+	fmt.Fprintf(w, "Found: cluster ID %s, %d members, auth %s, client TLS %s, peer TLS %s\n",
+		etcd.FormatID(lv.ClusterID), len(lv.Members), onOff(lv.AuthEnabled), clientTLS(lv), peerTLS(lv))
 	if lv.StatefulSet != nil {
 		fmt.Fprintf(w, "  StatefulSet %s: %d replicas\n", lv.StatefulSet.Name, ptrInt(lv.StatefulSet.Spec.Replicas))
 	} else {
@@ -183,10 +199,24 @@ func (p *Plan) renderLive(w io.Writer) {
 }
 
 func peerTLS(lv *Live) string {
-	if lv.facts().PeerTLS {
+	switch {
+	case lv.Legacy.peerSecretOn():
+		return "on (Secret " + lv.Legacy.tls().PeerSecret + ")"
+	case lv.facts().PeerTLS:
 		return "auto-TLS"
 	}
 	return "off"
+}
+
+func clientTLS(lv *Live) string {
+	t := lv.Legacy.tls()
+	switch {
+	case t.ServerSecret == "":
+		return "off"
+	case t.ClientTrustedCASecret != "":
+		return "on with client certificates (Secret " + t.ServerSecret + ")"
+	}
+	return "on (Secret " + t.ServerSecret + ")"
 }
 
 func onOff(b bool) string {

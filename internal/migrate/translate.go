@@ -70,7 +70,7 @@ func Translate(l *Legacy, live LiveFacts, version string) *Translation {
 		Spec: v1alpha2.EtcdClusterSpec{Replicas: ptr.To(live.Members)},
 	}
 	t.Cluster = c
-	if live.PeerTLS {
+	if live.PeerTLS && !l.peerSecretOn() {
 		c.Annotations[build.AnnotationPeerAutoTLS] = "true"
 	}
 	if r := l.Spec.Replicas; r != nil && *r != live.Members {
@@ -257,11 +257,47 @@ func (t *Translation) security(l *Legacy) {
 	if s == nil {
 		return
 	}
+	tl := s.TLS
 	if s.EnableAuth {
-		t.Refusals = append(t.Refusals, "spec.security.enableAuth: etcd-migrate does not adopt clusters with auth yet (their root user has no password, and the operator logs in with one)")
+		if tl.ServerSecret == "" {
+			t.Refusals = append(t.Refusals, "spec.security.enableAuth without spec.security.tls.serverSecret: the operator would send the root password in clear text")
+		}
+		t.Cluster.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: RootCredentialsSecretName(l.Name())}}
 	}
-	if s.TLS != (legacyTLS{}) {
-		t.Refusals = append(t.Refusals, "spec.security.tls: this version of etcd-migrate adopts plaintext clusters (with peer auto-TLS) only")
+	if tl == (legacyTLS{}) {
+		return
+	}
+	out := &v1alpha2.EtcdClusterTLS{}
+	switch {
+	case tl.ServerSecret != "":
+		out.Client = &v1alpha2.ClientTLS{ServerSecretRef: &corev1.LocalObjectReference{Name: tl.ServerSecret}}
+		switch {
+		case tl.ClientTrustedCASecret != "" && tl.ClientSecret == "":
+			t.Refusals = append(t.Refusals, "spec.security.tls.clientTrustedCASecret without clientSecret: etcd asks for client certificates and the operator would have none to present")
+		case tl.ClientTrustedCASecret != "":
+			out.Client.OperatorClientSecretRef = &corev1.LocalObjectReference{Name: tl.ClientSecret}
+			t.drop("spec.security.tls.clientTrustedCASecret", fmt.Sprintf("its CA is added to ca.crt of %s, which members the operator starts trust client certificates from", tl.ServerSecret))
+		case tl.ClientSecret != "":
+			t.drop("spec.security.tls.clientSecret", "etcd asks for no client certificate (no clientTrustedCASecret), so the operator presents none")
+		}
+		if tl.ServerTrustedCASecret != "" {
+			t.drop("spec.security.tls.serverTrustedCASecret", fmt.Sprintf("the CA that signed the server certificate is added to ca.crt of %s, which the operator verifies members with", tl.ServerSecret))
+		}
+	case tl.ClientTrustedCASecret != "" || tl.ClientSecret != "":
+		t.Refusals = append(t.Refusals, "spec.security.tls: client certificate settings without serverSecret (client certificates over a plain-text port) have no equivalent")
+	case tl.ServerTrustedCASecret != "":
+		t.drop("spec.security.tls.serverTrustedCASecret", "the client port is plain text (no serverSecret), so there is no server certificate to verify")
+	}
+	if tl.PeerSecret != "" {
+		out.Peer = &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: tl.PeerSecret}}
+		if tl.PeerTrustedCASecret != "" {
+			t.drop("spec.security.tls.peerTrustedCASecret", fmt.Sprintf("its CA is added to ca.crt of %s, which members the operator starts verify peers with", tl.PeerSecret))
+		}
+	} else if tl.PeerTrustedCASecret != "" {
+		t.drop("spec.security.tls.peerTrustedCASecret", "without peerSecret the members run --peer-auto-tls, which uses no CA")
+	}
+	if out.Client != nil || out.Peer != nil {
+		t.Cluster.Spec.TLS = out
 	}
 }
 

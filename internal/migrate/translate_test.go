@@ -77,13 +77,26 @@ func TestTranslate(t *testing.T) {
 		legacy:  []func(map[string]any){set([]string{"storage", "emptyDir"}, map[string]any{})},
 		refusal: "emptyDir",
 	}, {
-		name:    "auth is refused",
+		name:    "auth without server TLS is refused",
 		legacy:  []func(map[string]any){set([]string{"security", "enableAuth"}, true)},
-		refusal: "enableAuth",
+		refusal: "clear text",
 	}, {
-		name:    "TLS is refused",
-		legacy:  []func(map[string]any){set([]string{"security", "tls", "serverSecret"}, "s")},
-		refusal: "security.tls",
+		name:    "client certificates without server TLS are refused",
+		legacy:  []func(map[string]any){set([]string{"security", "tls", "clientTrustedCASecret"}, "client-ca"), set([]string{"security", "tls", "clientSecret"}, "op")},
+		refusal: "without serverSecret",
+	}, {
+		name: "every TLS Secret and auth are carried; the CA Secrets are folded into ca.crt",
+		legacy: []func(map[string]any){
+			set([]string{"security", "enableAuth"}, true),
+			set([]string{"security", "tls", "serverSecret"}, "server"),
+			set([]string{"security", "tls", "serverTrustedCASecret"}, "server-ca"),
+			set([]string{"security", "tls", "clientTrustedCASecret"}, "client-ca"),
+			set([]string{"security", "tls", "clientSecret"}, "op"),
+			set([]string{"security", "tls", "peerSecret"}, "peer"),
+			set([]string{"security", "tls", "peerTrustedCASecret"}, "peer-ca"),
+		},
+		dropped: []string{"spec.security.tls.serverTrustedCASecret", "spec.security.tls.clientTrustedCASecret", "spec.security.tls.peerTrustedCASecret"},
+		check:   checkSecurity,
 	}, {
 		name:    "a claim template not named data is refused",
 		legacy:  []func(map[string]any){set([]string{"storage", "volumeClaimTemplate", "metadata", "name"}, "vol")},
@@ -148,6 +161,28 @@ func TestTranslate(t *testing.T) {
 				tc.check(t, tr)
 			}
 		})
+	}
+}
+
+func checkSecurity(t *testing.T, tr *Translation) {
+	t.Helper()
+	c := tr.Cluster
+	tl := c.Spec.TLS
+	if tl == nil || tl.Client == nil || tl.Peer == nil {
+		t.Fatalf("tls %+v", tl)
+	}
+	if tl.Client.ServerSecretRef.Name != "server" || tl.Client.OperatorClientSecretRef.Name != "op" || tl.Peer.SecretRef.Name != "peer" {
+		t.Errorf("tls refs %+v %+v", tl.Client, tl.Peer)
+	}
+	if c.Annotations[build.AnnotationPeerAutoTLS] != "" {
+		t.Errorf("peer auto-TLS kept although the peers have a certificate")
+	}
+	if !build.AuthWanted(c) || c.Spec.Auth.RootCredentialsSecretRef.Name != "db-root-credentials" {
+		t.Errorf("auth %+v", c.Spec.Auth)
+	}
+	mt := build.MemberTLSOf(c)
+	if mt.PeerAutoTLS || !mt.ClientMTLS || mt.PeerSecretRef.Name != "peer" || mt.ClientServerSecretRef.Name != "server" {
+		t.Errorf("member TLS %+v", mt)
 	}
 }
 

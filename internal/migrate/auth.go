@@ -1,0 +1,174 @@
+package migrate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+)
+
+// The legacy operator's root user has no password: it is created with
+// etcd's NoPassword option and authenticates by the common name of the
+// legacy operator's client certificate. The operator logs in as root with
+// the password of a basic-auth Secret. etcd can neither give a password to
+// such a user nor delete root while authentication is on, so the adoption
+// switches authentication off for a moment, re-creates root with a
+// password and switches it on again (etcd.GiveRootAPassword).
+
+// RootCredentialsSecretName is the basic-auth Secret with the root password
+// of an adopted cluster whose legacy spec had enableAuth. The tool creates it
+// with a random password unless it exists (create it first to choose the
+// password).
+func RootCredentialsSecretName(cluster string) string { return cluster + "-root-credentials" }
+
+// rootPassworder is the call that gives root a password (the real client
+// has it; see etcd.GiveRootAPassword).
+type rootPassworder interface {
+	GiveRootAPassword(ctx context.Context, password string) error
+}
+
+// readAuth checks what adopting a cluster with enableAuth needs: the
+// legacy operator's certificate is root's (the tool acts as root through
+// it), and a credentials Secret made beforehand holds a password.
+func (lv *Live) readAuth(ctx context.Context, c client.Client) error {
+	l := lv.Legacy
+	if l.Spec.Security == nil || !l.Spec.Security.EnableAuth {
+		return nil
+	}
+	if m := lv.TLS; m != nil && m.operatorCert != nil && m.operatorCert.Leaf != nil && m.operatorCert.Leaf.Subject.CommonName != build.RootUser {
+		lv.refuse("spec.security.enableAuth: the legacy operator's client certificate (Secret %s) is for user %q, not root: etcd-migrate acts as root through it to give root a password", m.spec.ClientSecret, m.operatorCert.Leaf.Subject.CommonName)
+	}
+	s := &corev1.Secret{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: l.Namespace(), Name: RootCredentialsSecretName(l.Name())}, s); {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	if len(s.Data[build.KeyPassword]) == 0 {
+		lv.refuse("Secret %s exists without a password: delete it (etcd-migrate then makes one with a random password) or put the root password under key %s", s.Name, build.KeyPassword)
+	}
+	return nil
+}
+
+// auth gives etcd's root user the password of the credentials Secret: the
+// Secret first (made with a random password unless it exists), then the
+// operator's record of the password etcd has, then etcd. A re-run finds
+// the password working and stops there.
+func (a *applier) auth(ctx context.Context) error {
+	l := a.plan.Live.Legacy
+	if !build.AuthWanted(a.plan.Cluster) {
+		return nil
+	}
+	password, err := a.rootPassword(ctx)
+	if err != nil {
+		return err
+	}
+	cluster := &v1alpha2.EtcdCluster{}
+	if err := a.env.Client.Get(ctx, a.key(l.Name()), cluster); err != nil {
+		return fmt.Errorf("reading EtcdCluster %s: %w", l.Name(), err)
+	}
+	if err := a.recordPassword(ctx, cluster, password); err != nil {
+		return err
+	}
+	pod := a.readyPod()
+	if pod == nil {
+		return errors.New("no Ready member to set the root password through")
+	}
+	lv := a.plan.Live
+	if lv.withEtcdAs(ctx, a.env, pod, build.RootUser, password, func(cl etcd.Maintenance) error {
+		_, err := timed(ctx, 10*time.Second, cl.MemberList)
+		return err
+	}) == nil {
+		a.logf("%s/%s: root logs in with the password of Secret %s already", l.Namespace(), l.Name(), RootCredentialsSecretName(l.Name()))
+		return nil
+	}
+	err = lv.withEtcd(ctx, a.env, pod, func(cl etcd.Maintenance) error {
+		rp, ok := cl.(rootPassworder)
+		if !ok {
+			return errors.New("this etcd client cannot set the root password")
+		}
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return rp.GiveRootAPassword(ctx, password)
+	})
+	if err != nil {
+		return fmt.Errorf("giving root the password of Secret %s: %w", RootCredentialsSecretName(l.Name()), err)
+	}
+	a.logf("%s/%s: root now logs in with the password of Secret %s (authentication was off for a moment)", l.Namespace(), l.Name(), RootCredentialsSecretName(l.Name()))
+	return nil
+}
+
+// rootPassword reads the credentials Secret, creating it with a random
+// password when it does not exist.
+func (a *applier) rootPassword(ctx context.Context) (string, error) {
+	name := RootCredentialsSecretName(a.plan.Live.Legacy.Name())
+	s := &corev1.Secret{}
+	err := a.env.Client.Get(ctx, a.key(name), s)
+	switch {
+	case err == nil:
+		if p := s.Data[build.KeyPassword]; len(p) > 0 {
+			return string(p), nil
+		}
+		return "", fmt.Errorf("the credentials Secret %s has no %s", name, build.KeyPassword)
+	case !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("reading Secret %s: %w", name, err)
+	}
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	password := base64.RawURLEncoding.EncodeToString(raw)
+	s = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.plan.Live.Legacy.Namespace()},
+		Type:       corev1.SecretTypeBasicAuth,
+		Data:       map[string][]byte{corev1.BasicAuthUsernameKey: []byte(build.RootUser), corev1.BasicAuthPasswordKey: []byte(password)},
+	}
+	if err := a.env.Client.Create(ctx, s); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return a.rootPassword(ctx)
+		}
+		return "", fmt.Errorf("creating Secret %s: %w", name, err)
+	}
+	a.logf("created Secret %s with a random root password", name)
+	return password, nil
+}
+
+// recordPassword writes the operator's record of the password etcd has
+// (build.AppliedPasswordSecret) before etcd has it, as the operator does:
+// the operator latches authentication only with a password to log in with.
+func (a *applier) recordPassword(ctx context.Context, c *v1alpha2.EtcdCluster, password string) error {
+	want := build.AppliedPasswordSecret(c, []byte(password))
+	have := &corev1.Secret{}
+	switch err := a.env.Client.Get(ctx, client.ObjectKeyFromObject(want), have); {
+	case apierrors.IsNotFound(err):
+		return a.env.Client.Create(ctx, want)
+	case err != nil:
+		return err
+	case string(have.Data[build.KeyPassword]) == password:
+		return nil
+	}
+	have.Data = want.Data
+	return a.env.Client.Update(ctx, have)
+}
+
+// readyPod is a member Pod that was Running and Ready when inspected.
+func (a *applier) readyPod() *corev1.Pod {
+	for _, m := range a.plan.Live.Members {
+		if m.Pod != nil && podReady(m.Pod) {
+			return m.Pod
+		}
+	}
+	return nil
+}
