@@ -27,6 +27,11 @@ const (
 	// AnnotationHeadlessService overrides the Service a member's DNS names
 	// live under (stamped by etcd-migrate on adopted members).
 	AnnotationHeadlessService = Prefix + "headless-service-name"
+	// AnnotationAdoptedPod marks a Pod the operator did not render: one
+	// etcd-migrate handed to a member. Its container writes no termination
+	// message. (Pods adopted before the marker existed carry no template
+	// hash either, and are recognised by that.)
+	AnnotationAdoptedPod = Prefix + "adopted-pod"
 	// AnnotationDataDirSubPath puts the data directory under /var/lib/etcd/<subpath>.
 	AnnotationDataDirSubPath = Prefix + "data-dir-subpath"
 	// AnnotationRunAsUser on an adopted member is the user its legacy Pod ran

@@ -280,7 +280,15 @@ func moveLeader(t *testing.T, c testCluster) {
 			other = n
 		}
 	}
-	mustIs(t, c.client(t, follower).MoveLeader(ctxT(t), leader), etcd.ErrNotLeader, "moving leadership through a follower")
+	// A promoted member applies its own promotion a moment after the
+	// leader does; until then it refuses the call as a learner.
+	fc := c.client(t, follower)
+	var err error
+	c.eventually(t, follower+" applied its promotion", func() (bool, string) {
+		err = fc.MoveLeader(ctxT(t), leader)
+		return !errors.Is(err, etcd.ErrLearnerRefused), fmt.Sprint(err)
+	})
+	mustIs(t, err, etcd.ErrNotLeader, "moving leadership through a follower")
 	c.eventually(t, "a learner added", func() (bool, string) {
 		_, err := via.MemberAddAsLearner(ctxT(t), []string{c.peerURL("m3")})
 		return err == nil, fmt.Sprint(err)
@@ -289,9 +297,12 @@ func moveLeader(t *testing.T, c testCluster) {
 	lc := c.client(t, names[leader])
 	mustIs(t, lc.MoveLeader(ctxT(t), learner), etcd.ErrBadTransferee, "moving leadership to a learner")
 	target := idOf(t, via, c.peerURL(other))
-	if err := lc.MoveLeader(ctxT(t), target); err != nil {
-		t.Fatalf("moving leadership to voter %s: %v", other, err)
-	}
+	// etcd gives a transfer an election timeout to complete and the call a
+	// few seconds; on a loaded machine one attempt can run out of either.
+	c.eventually(t, "leadership moved to voter "+other, func() (bool, string) {
+		err := lc.MoveLeader(ctxT(t), target)
+		return err == nil, fmt.Sprint(err)
+	})
 	c.eventually(t, "the new leader", func() (bool, string) {
 		st, err := via.Status(ctxT(t), c.clientURL(follower))
 		if err != nil {

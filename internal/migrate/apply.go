@@ -271,7 +271,16 @@ func (a *applier) adoptPods(ctx context.Context) error {
 		if string(pod.UID) != m.Status.PodUID {
 			return fmt.Errorf("pod %s is not the Pod the member was recorded with (UID %s, now %s): it was recreated meanwhile", pod.Name, m.Status.PodUID, pod.UID)
 		}
-		anns := map[string]string{build.AnnotationInitialClusterState: build.StateExisting}
+		// The Pod runs the member's spec as adopted: the template hash says
+		// so, and a roll-out then restarts it for a changed spec (even one
+		// changed by a pass that died before restarting it) or, with the
+		// hashes below, for changed Secrets, each under its own cause. The
+		// marker keeps it known as a Pod the operator did not render.
+		anns := map[string]string{
+			build.AnnotationInitialClusterState: build.StateExisting,
+			build.AnnotationTemplateHash:        build.TemplateHash(m),
+			build.AnnotationAdoptedPod:          "true",
+		}
 		if h, err := a.secretHashes(ctx, m); err != nil {
 			return err
 		} else if h != "" {

@@ -290,7 +290,7 @@ func (lv *Live) caChanges() []caChange {
 		}
 	}
 	spec := m.spec
-	add(spec.ServerSecret, m.serverRoots, "the CA that signed the server certificate")
+	add(spec.ServerSecret, m.serverRoots, "it signed the server certificate")
 	add(spec.ServerSecret, m.clientCAs, "spec.security.tls.clientTrustedCASecret "+spec.ClientTrustedCASecret)
 	add(spec.PeerSecret, m.peerCAs, "spec.security.tls.peerTrustedCASecret "+spec.PeerTrustedCASecret)
 	var out []caChange

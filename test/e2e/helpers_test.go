@@ -24,7 +24,7 @@ import (
 // what is in it.
 func namespace(t *testing.T, name string) string {
 	t.Helper()
-	if !slices.Contains(suiteNamespaces, name) && name != crashNS && name != scheduleNS && name != migrateNS && name != migrateRefusalsNS {
+	if !slices.Contains(suiteNamespaces, name) && name != crashNS && name != scheduleNS && name != migrateNS && name != migrateTLSNS && name != migrateRefusalsNS {
 		t.Fatalf("namespace %s is not watched by the operator: add it to suiteNamespaces", name)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}

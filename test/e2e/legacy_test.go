@@ -131,31 +131,75 @@ func legacyObjects(name, ns string, replicas int32, owner *unstructured.Unstruct
 			Selector:                   &metav1.LabelSelector{MatchLabels: legacyLabels(name)},
 			UnhealthyPodEvictionPolicy: ptr.To(policyv1.IfHealthyBudget),
 		}},
-		legacyStatefulSet(meta(name), headless, replicas, emptyDir),
+		legacyStatefulSet(meta(name), headless, replicas, emptyDir, legacyTLSOf(owner)),
 	}
 }
 
+// legacyTLSOf reads the Secret names of spec.security.tls of a legacy CR.
+func legacyTLSOf(cr *unstructured.Unstructured) map[string]string {
+	m, _, _ := unstructured.NestedStringMap(cr.Object, "spec", "security", "tls")
+	return m
+}
+
 // legacyArgs are the flags the legacy operator (v0.3.0 and later) renders,
-// with the quota it derives from the claim size and the spec's option.
-func legacyArgs(headless string) []string {
+// with the quota it derives from the claim size and the spec's option, and
+// the TLS flags of its spec.security.tls.
+func legacyArgs(headless string, tls map[string]string) []string {
 	quota := legacyClaimSize.Value() * 95 / 100
-	return []string{
+	proto := "http://"
+	if tls["serverSecret"] != "" {
+		proto = "https://"
+	}
+	args := []string{
 		"--name=$(POD_NAME)",
 		"--listen-metrics-urls=http://0.0.0.0:2381",
 		"--listen-peer-urls=https://0.0.0.0:2380",
-		"--listen-client-urls=http://0.0.0.0:2379",
+		"--listen-client-urls=" + proto + "0.0.0.0:2379",
 		"--initial-advertise-peer-urls=https://$(POD_NAME)." + headless + ".$(POD_NAMESPACE).svc:2380",
 		"--data-dir=/var/run/etcd/default.etcd",
-		"--advertise-client-urls=http://$(POD_NAME)." + headless + ".$(POD_NAMESPACE).svc:2379",
-		"--peer-auto-tls",
+		"--advertise-client-urls=" + proto + "$(POD_NAME)." + headless + ".$(POD_NAMESPACE).svc:2379",
+	}
+	if tls["peerSecret"] != "" {
+		args = append(args, "--peer-trusted-ca-file=/etc/etcd/pki/peer/ca/ca.crt", "--peer-cert-file=/etc/etcd/pki/peer/cert/tls.crt",
+			"--peer-key-file=/etc/etcd/pki/peer/cert/tls.key", "--peer-client-cert-auth")
+	} else {
+		args = append(args, "--peer-auto-tls")
+	}
+	if tls["serverSecret"] != "" {
+		args = append(args, "--cert-file=/etc/etcd/pki/server/cert/tls.crt", "--key-file=/etc/etcd/pki/server/cert/tls.key")
+	}
+	if tls["clientSecret"] != "" {
+		args = append(args, "--trusted-ca-file=/etc/etcd/pki/client/ca/ca.crt", "--client-cert-auth")
+	}
+	return append(args,
 		"--auto-compaction-retention=5m",
 		"--snapshot-count=10000",
 		fmt.Sprintf("--quota-backend-bytes=%d", quota),
 		"--log-level=info",
-	}
+	)
 }
 
-func legacyStatefulSet(meta metav1.ObjectMeta, headless string, replicas int32, emptyDir bool) *appsv1.StatefulSet {
+// legacyTLSVolumes are the Secret volumes (and their mounts) the legacy
+// operator adds for spec.security.tls.
+func legacyTLSVolumes(tls map[string]string) ([]corev1.Volume, []corev1.VolumeMount) {
+	var vols []corev1.Volume
+	var mounts []corev1.VolumeMount
+	for _, v := range []struct{ field, volume, path string }{
+		{"peerTrustedCASecret", "peer-trusted-ca-certificate", "/etc/etcd/pki/peer/ca"},
+		{"peerSecret", "peer-certificate", "/etc/etcd/pki/peer/cert"},
+		{"serverSecret", "server-certificate", "/etc/etcd/pki/server/cert"},
+		{"clientTrustedCASecret", "client-trusted-ca-certificate", "/etc/etcd/pki/client/ca"},
+	} {
+		if tls[v.field] == "" {
+			continue
+		}
+		vols = append(vols, corev1.Volume{Name: v.volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: tls[v.field]}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: v.volume, MountPath: v.path, ReadOnly: true})
+	}
+	return vols, mounts
+}
+
+func legacyStatefulSet(meta metav1.ObjectMeta, headless string, replicas int32, emptyDir bool, tls map[string]string) *appsv1.StatefulSet {
 	name := meta.Name
 	podLabels := legacyLabels(name)
 	podLabels["team"] = "storage"
@@ -176,7 +220,7 @@ func legacyStatefulSet(meta metav1.ObjectMeta, headless string, replicas int32, 
 						Name:    "etcd",
 						Image:   legacyImage,
 						Command: []string{"etcd"},
-						Args:    legacyArgs(headless),
+						Args:    legacyArgs(headless, tls),
 						Env: []corev1.EnvVar{
 							{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 							{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
@@ -205,6 +249,10 @@ func legacyStatefulSet(meta metav1.ObjectMeta, headless string, replicas int32, 
 		sts.Spec.VolumeClaimTemplates = nil
 		sts.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	}
+	vols, mounts := legacyTLSVolumes(tls)
+	sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, vols...)
+	c := &sts.Spec.Template.Spec.Containers[0]
+	c.VolumeMounts = append(c.VolumeMounts, mounts...)
 	return sts
 }
 

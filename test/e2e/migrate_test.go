@@ -31,16 +31,25 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
 
-// migrateNS runs its own operator, watching it alone, so that the operator
-// can be scaled to zero for the migration without stopping other suites.
-const migrateNS = "e2e-migrate"
-
-// migrateOperator is that operator's Deployment; legacyOperator stands for
-// the legacy operator's, already scaled to zero.
+// migrateNS and migrateTLSNS run an operator of their own each, watching
+// that namespace alone, so that it can be scaled to zero for the migration
+// without stopping other suites.
 const (
-	migrateOperator = "eo-migrate-etcd-operator"
-	legacyOperator  = "etcd-operator-controller-manager"
+	migrateNS    = "e2e-migrate"
+	migrateTLSNS = "e2e-migtls"
 )
+
+// legacyOperator stands for the legacy operator's Deployment, already
+// scaled to zero.
+const legacyOperator = "etcd-operator-controller-manager"
+
+// migrateOperator is the Deployment of the operator of a migration suite's
+// namespace: release eo-<suite>.
+func migrateOperator(ns string) string {
+	return migrateRelease(ns) + "-etcd-operator"
+}
+
+func migrateRelease(ns string) string { return "eo-" + strings.TrimPrefix(ns, "e2e-") }
 
 // TestMigrate adopts a live legacy cluster of three members under a
 // continuous writer: a dry run that changes no object, then an apply that
@@ -63,15 +72,21 @@ func TestMigrate(t *testing.T) {
 	w.requireWritesAfter("", 20, time.Minute)
 
 	scheduleVersion := schedule.GetResourceVersion()
-	dryRunChangesNothing(t, ns, name)
+	dryRunChangesNothing(t, ns, name,
+		"peer TLS auto-TLS",
+		"spec.options.log-level",
+		"spec.podDisruptionBudgetTemplate",
+		"kind: EtcdSnapshotSchedule",
+		"Kept as it is: the record of a finished backup",
+	)
 	if err := k.Get(context.Background(), client.ObjectKeyFromObject(schedule), schedule); err != nil || schedule.GetResourceVersion() != scheduleVersion {
 		t.Errorf("the dry run changed the legacy schedule (err %v)", err)
 	}
-	applyStoppedAfterEveryStep(t, ns, name, cr)
+	applyStoppedAfterEveryStep(t, ns, name, cr, schedule.GetName())
 	scheduleCarried(t, ns, schedule)
 
 	w.mark("adopted")
-	scaleDeployment(t, ns, migrateOperator, 1)
+	scaleDeployment(t, ns, migrateOperator(ns), 1)
 	waitReconciled(t, ns, name, 3, 5*time.Minute)
 	c := getCluster(t, ns, name)
 	if c.Status.ClusterID != legacyID {
@@ -252,10 +267,10 @@ func scheduleCarried(t *testing.T, ns string, legacy *unstructured.Unstructured)
 // stand-in for the legacy operator's Deployment is scaled to zero too.
 func startMigrateOperator(t *testing.T, ns string) {
 	t.Helper()
-	if err := installOperatorImage(image, "eo-migrate", ns, false, nil, ns); err != nil {
+	if err := installOperatorImage(image, migrateRelease(ns), ns, false, nil, ns); err != nil {
 		t.Fatal(err)
 	}
-	scaleDeployment(t, ns, migrateOperator, 0)
+	scaleDeployment(t, ns, migrateOperator(ns), 0)
 	legacy := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: legacyOperator, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
@@ -300,28 +315,25 @@ func scaleDeployment(t *testing.T, ns, name string, n int32) {
 }
 
 // dryRunChangesNothing runs the tool without --apply: it must describe the
-// cluster and change no object (every resourceVersion stays).
-func dryRunChangesNothing(t *testing.T, ns, name string) {
+// cluster (the output holds every string of want) and change no object
+// (every resourceVersion stays). It returns the output.
+func dryRunChangesNothing(t *testing.T, ns, name string, want ...string) string {
 	t.Helper()
 	before := legacyVersions(t, ns, name)
 	out, code := runMigrate(t, ns)
 	if code != 0 {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
-	for _, want := range []string{
-		"Found: cluster ID " + legacyClusterID(t, ns, name) + ", 3 members",
-		"peer TLS auto-TLS",
-		"spec.options.log-level",
-		"spec.podDisruptionBudgetTemplate",
+	want = append(want,
+		"Found: cluster ID "+legacyClusterID(t, ns, name)+", 3 members",
 		"kind: EtcdCluster",
 		"kind: EtcdMember",
 		"version: 3.5.35",
-		"kind: EtcdSnapshotSchedule",
-		"Kept as it is: the record of a finished backup",
 		"Dry run: nothing was changed",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("dry run output lacks %q:\n%s", want, out)
+	)
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("dry run output lacks %q:\n%s", w, out)
 		}
 	}
 	if after := legacyVersions(t, ns, name); !maps.Equal(before, after) {
@@ -330,16 +342,18 @@ func dryRunChangesNothing(t *testing.T, ns, name string) {
 	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &v1alpha2.EtcdCluster{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the dry run created an EtcdCluster (err %v)", err)
 	}
+	return out
 }
 
 // applyStoppedAfterEveryStep runs --apply once per step, each run stopped
 // right after that step (as if the tool had died there), then once to the
 // end; each run starts from what the previous left. A run with the new
-// operator up is refused first, changing nothing.
-func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.Unstructured) {
+// operator up is refused first, changing nothing. schedule, when not empty,
+// is a legacy schedule the run must carry.
+func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.Unstructured, schedule string) {
 	t.Helper()
 	backups := t.TempDir()
-	scaleDeployment(t, ns, migrateOperator, 1)
+	scaleDeployment(t, ns, migrateOperator(ns), 1)
 	before := legacyVersions(t, ns, name)
 	if out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups); code != 1 || !strings.Contains(out, "is not scaled to zero") {
 		t.Errorf("apply with the operator up: exit %d, want a refusal\n%s", code, out)
@@ -347,7 +361,7 @@ func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.
 	if after := legacyVersions(t, ns, name); !maps.Equal(before, after) {
 		t.Errorf("the refused apply changed objects:\nbefore %v\nafter  %v", before, after)
 	}
-	scaleDeployment(t, ns, migrateOperator, 0)
+	scaleDeployment(t, ns, migrateOperator(ns), 0)
 	for _, s := range migrate.Steps[:len(migrate.Steps)-1] {
 		out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups, "--stop-after", s.Name)
 		if code != migrate.ExitStopped {
@@ -359,7 +373,7 @@ func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.
 	if code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}
-	if !strings.Contains(out, "Adopted "+ns+"/"+name) || !strings.Contains(out, "Carried schedule "+ns+"/"+name+"-nightly") {
+	if !strings.Contains(out, "Adopted "+ns+"/"+name) || (schedule != "" && !strings.Contains(out, "Carried schedule "+ns+"/"+schedule)) {
 		t.Errorf("apply output lacks the adoption:\n%s", out)
 	}
 	snapshotIsValid(t, backups)
@@ -587,7 +601,7 @@ func runMigrate(t *testing.T, ns string, args ...string) (string, int) {
 	if migrateErr != nil {
 		t.Fatal(migrateErr)
 	}
-	full := append([]string{"-n", ns, "--operator", ns + "/" + migrateOperator, "--legacy-operator", ns + "/" + legacyOperator}, args...)
+	full := append([]string{"-n", ns, "--operator", ns + "/" + migrateOperator(ns), "--legacy-operator", ns + "/" + legacyOperator}, args...)
 	cmd := exec.Command(migrateBin, full...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
 	var out bytes.Buffer

@@ -27,10 +27,11 @@ import (
 const adoptedRestartLimit = 3
 
 // adoptedPodFailing reports an adopted Pod (one the operator did not render:
-// it carries no template hash) whose etcd container is down after failing
-// adoptedRestartLimit times with no word of why.
+// it carries the adopted marker, or no template hash) whose etcd container
+// is down after failing adoptedRestartLimit times with no word of why.
 func adoptedPodFailing(pod *corev1.Pod) bool {
-	if pod.Annotations[build.AnnotationTemplateHash] != "" || pod.DeletionTimestamp != nil {
+	adopted := pod.Annotations[build.AnnotationAdoptedPod] == "true" || pod.Annotations[build.AnnotationTemplateHash] == ""
+	if !adopted || pod.DeletionTimestamp != nil {
 		return false
 	}
 	for _, cs := range pod.Status.ContainerStatuses {

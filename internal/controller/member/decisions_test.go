@@ -322,12 +322,18 @@ func TestAdoptedPodFailing(t *testing.T) {
 	}
 	ours := failed(5, 2, false)
 	ours.Annotations = map[string]string{build.AnnotationTemplateHash: "abc"}
+	// etcd-migrate gives the Pods it adopts their member's template hash
+	// (so that a roll-out tells a changed spec from changed Secrets) and
+	// the adopted marker.
+	marked := failed(3, 2, false)
+	marked.Annotations = map[string]string{build.AnnotationTemplateHash: "abc", build.AnnotationAdoptedPod: "true"}
 	cases := []struct {
 		name string
 		pod  *corev1.Pod
 		want bool
 	}{
 		{"adopted, crash-looping", failed(3, 2, false), true},
+		{"adopted and marked, crash-looping", marked, true},
 		{"adopted, failed twice so far", failed(2, 2, false), false},
 		{"adopted, running again after failures", failed(5, 2, true), false},
 		{"adopted, stopped cleanly", failed(5, 0, false), false},
