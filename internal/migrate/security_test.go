@@ -234,3 +234,50 @@ func TestLegacyTLSRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestLegacyTLSOnePlane: a cluster with peer certificates only is inspected
+// over plain text and only the peer Secret's ca.crt is planned; one with
+// server TLS and no client CA is dialled without a client certificate.
+func TestLegacyTLSOnePlane(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	names := []string{"*.db-headless.ns.svc", "*.db.ns.svc"}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	for _, tc := range []struct {
+		name       string
+		spec       []func(map[string]any)
+		dialTLS    bool
+		clientCert bool
+		changes    string
+	}{{
+		name:    "peer only",
+		spec:    []func(map[string]any){set([]string{"security", "tls", "peerSecret"}, "peer"), set([]string{"security", "tls", "peerTrustedCASecret"}, "ca")},
+		changes: "peer",
+	}, {
+		name:    "server only",
+		spec:    []func(map[string]any){set([]string{"security", "tls", "serverSecret"}, "server"), set([]string{"security", "tls", "serverTrustedCASecret"}, "ca")},
+		dialTLS: true,
+		changes: "server",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+				secret("server", pair(ca, t, "server", names...)),
+				secret("peer", pair(ca, t, "peer", names...)),
+				secret("ca", map[string][]byte{"ca.crt": ca.pem}),
+			).Build()
+			lv := &Live{Legacy: legacy(t, tc.spec...)}
+			lv.Pods = []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "db-0", Namespace: "ns"}}}
+			if err := lv.readTLS(context.Background(), c); err != nil || len(lv.Problems) > 0 {
+				t.Fatalf("err %v, refusals %v", err, lv.Problems)
+			}
+			cfg := lv.clientTLS()
+			if (cfg != nil) != tc.dialTLS || (cfg != nil && len(cfg.Certificates) > 0) {
+				t.Errorf("dial TLS %+v", cfg)
+			}
+			changes := lv.caChanges()
+			if len(changes) != 1 || changes[0].Secret != tc.changes {
+				t.Errorf("CA changes %v, want one for %s", changes, tc.changes)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"maps"
 	"strings"
@@ -21,7 +22,8 @@ const migrateRefusalsNS = "e2e-migrate-refusals"
 
 // TestMigrateRefusals builds legacy clusters the tool cannot adopt in place
 // (emptyDir storage, a learner in etcd, a claim owned by something unknown,
-// a member whose Pod runs but is not Ready)
+// a member whose Pod runs but is not Ready, a server certificate that does
+// not name the members)
 // and checks that --apply reports each with its reason and changes none of
 // their objects.
 func TestMigrateRefusals(t *testing.T) {
@@ -34,15 +36,17 @@ func TestMigrateRefusals(t *testing.T) {
 	startLegacyCluster(t, ns, "learning", 1)
 	startLegacyCluster(t, ns, "claimed", 1)
 	startLegacyCluster(t, ns, "unready", 1)
+	misnamedCluster(t, ns, "misnamed")
 	podSelectors.Store(ns+"/learning", client.MatchingLabels(legacyLabels("learning")))
 	addLearner(t, ns, "learning")
 	claimForSomeoneElse(t, ns, "data-claimed-0")
 	makeUnready(t, ns, "unready")
 
 	before := map[string]map[string]string{}
-	for _, name := range []string{"ephemeral", "learning", "claimed", "unready"} {
+	for _, name := range []string{"ephemeral", "learning", "claimed", "unready", "misnamed"} {
 		before[name] = legacyVersionsAtLeast(t, ns, name, 5)
 	}
+	secrets := secretVersions(t, ns)
 	out, code := runMigrate(t, ns, "--apply", "--yes", "--skip-backup")
 	if code != 1 {
 		t.Errorf("apply over refused clusters: exit %d, want 1\n%s", code, out)
@@ -53,6 +57,7 @@ func TestMigrateRefusals(t *testing.T) {
 		"data-claimed-0 is controlled by ConfigMap someone-else",
 		// Its only member's Pod is not Ready: nothing to ask etcd through.
 		"asking etcd for its members: no Ready Pod",
+		"the server certificate in Secret misnamed-server does not serve misnamed-0.misnamed-headless." + ns + ".svc",
 		"Nothing to adopt",
 	} {
 		if !strings.Contains(out, want) {
@@ -64,6 +69,26 @@ func TestMigrateRefusals(t *testing.T) {
 			t.Errorf("refused cluster %s changed:\nbefore %v\nafter  %v", name, versions, after)
 		}
 	}
+	if after := secretVersions(t, ns); !maps.Equal(secrets, after) {
+		t.Errorf("Secrets changed:\nbefore %v\nafter  %v", secrets, after)
+	}
+}
+
+// misnamedCluster starts a legacy cluster with server and peer TLS whose
+// server certificate names other hosts than the members: etcd serves it,
+// but the operator, which verifies the members' names, could not reach them.
+func misnamedCluster(t *testing.T, ns, name string) {
+	t.Helper()
+	ca := newNamedCA(t, "misnamed CA")
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	peerNames := []string{"*." + name + "-headless." + ns + ".svc", "*." + name + "-headless." + ns + ".svc.cluster.local"}
+	createTLSSecret(t, ns, name+"-server", ca.issue(t, "server", []string{"*.elsewhere." + ns + ".svc"}, usage), ca.certPEM)
+	createTLSSecret(t, ns, name+"-peer", ca.issue(t, "peer", peerNames, usage), ca.certPEM)
+	startLegacyCluster(t, ns, name, 1, func(spec map[string]any) {
+		spec["security"] = map[string]any{"tls": map[string]any{
+			"serverSecret": name + "-server", "peerSecret": name + "-peer", "peerTrustedCASecret": name + "-peer",
+		}}
+	})
 }
 
 // addLearner adds a learner that never starts, as a scale-up the legacy

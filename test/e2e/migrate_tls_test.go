@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,7 +48,7 @@ func TestMigrateTLS(t *testing.T) {
 		domains = append(domains, "*."+svc+"."+ns+".svc", "*."+svc+"."+ns+".svc.cluster.local")
 	}
 	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	serverNames := append(domains, name+"-client."+ns+".svc")
+	serverNames := append(slices.Clone(domains), name+"-client."+ns+".svc")
 	createTLSSecret(t, ns, "vault-server", serverCA.issue(t, "server", serverNames, both), nil)
 	createTLSSecret(t, ns, "vault-peer", serverCA.issue(t, "peer", domains, both), nil)
 	root := clientCA.issue(t, "root", nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
