@@ -46,7 +46,12 @@ func (lv *Live) readAuth(ctx context.Context, c client.Client) error {
 	if l.Spec.Security == nil || !l.Spec.Security.EnableAuth {
 		return nil
 	}
-	if m := lv.TLS; m != nil && m.operatorCert != nil && m.operatorCert.Leaf != nil && m.operatorCert.Leaf.Subject.CommonName != build.RootUser {
+	switch m := lv.TLS; {
+	case m == nil && l.tls() != (legacyTLS{}):
+		// Its TLS Secrets are refused already.
+	case m == nil || m.operatorCert == nil || m.operatorCert.Leaf == nil:
+		lv.refuse("spec.security.enableAuth without a client certificate for the operator (spec.security.tls.clientSecret with clientTrustedCASecret): etcd-migrate acts as root through it to give root a password")
+	case m.operatorCert.Leaf.Subject.CommonName != build.RootUser:
 		lv.refuse("spec.security.enableAuth: the legacy operator's client certificate (Secret %s) is for user %q, not root: etcd-migrate acts as root through it to give root a password", m.spec.ClientSecret, m.operatorCert.Leaf.Subject.CommonName)
 	}
 	s := &corev1.Secret{}

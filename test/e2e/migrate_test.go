@@ -86,32 +86,7 @@ func TestMigrate(t *testing.T) {
 	scheduleCarried(t, ns, schedule)
 
 	w.mark("adopted")
-	scaleDeployment(t, ns, migrateOperator(ns), 1)
-	waitReconciled(t, ns, name, 3, 5*time.Minute)
-	c := getCluster(t, ns, name)
-	if c.Status.ClusterID != legacyID {
-		t.Errorf("cluster ID %s, the legacy cluster's was %s", c.Status.ClusterID, legacyID)
-	}
-	if got := legacyPodUIDs(t, ns, name); !maps.Equal(got, uids) {
-		t.Errorf("pods changed: before %v, after %v", uids, got)
-	}
-	w.mark("taken over")
-	w.requireWritesBetween("adopted", "taken over", 1)
-	legacyObjectsGone(t, ns, name)
-
-	for _, n := range []int32{5, 3} {
-		setReplicas(t, ns, name, n)
-		waitReconciled(t, ns, name, int(n), 5*time.Minute)
-	}
-	// Scaling down removes the newest members: the adopted ones stay, on
-	// the Pods they had under the StatefulSet.
-	for member, uid := range uids {
-		if got := legacyPodUIDs(t, ns, name)[member]; got != uid {
-			t.Errorf("adopted pod %s: UID %s, was %s", member, got, uid)
-		}
-	}
-	w.mark("scaled")
-	w.requireWritesBetween("taken over", "scaled", 1)
+	takeOverAndScale(t, ns, name, w, legacyID, uids)
 
 	// An adopted member whose volume is wiped: its legacy Pod restarts on
 	// the empty data directory with the cluster state "existing". etcd 3.5
@@ -156,6 +131,39 @@ func TestMigrate(t *testing.T) {
 	w.verify("repaired")
 
 	scheduleRuns(t, ns, schedule.GetName())
+}
+
+// takeOverAndScale scales the suite's operator up after an adoption (the
+// writer marked "adopted"): the operator takes the cluster over with the
+// legacy cluster ID, restarts no Pod, and leaves no legacy object; then it
+// grows and shrinks the cluster 3 → 5 → 3. Scaling down removes the newest
+// members, so the adopted ones stay on the Pods they had under the
+// StatefulSet. Writes are required after each ("taken over", "scaled").
+func takeOverAndScale(t *testing.T, ns, name string, w *writer, legacyID string, uids map[string]string) *v1alpha2.EtcdCluster {
+	t.Helper()
+	scaleDeployment(t, ns, migrateOperator(ns), 1)
+	waitReconciled(t, ns, name, 3, 5*time.Minute)
+	c := getCluster(t, ns, name)
+	if c.Status.ClusterID != legacyID {
+		t.Errorf("cluster ID %s, the legacy cluster's was %s", c.Status.ClusterID, legacyID)
+	}
+	if got := legacyPodUIDs(t, ns, name); !maps.Equal(got, uids) {
+		t.Errorf("pods changed: before %v, after %v", uids, got)
+	}
+	w.mark("taken over")
+	w.requireWritesBetween("adopted", "taken over", 1)
+	legacyObjectsGone(t, ns, name)
+
+	for _, n := range []int32{5, 3} {
+		setReplicas(t, ns, name, n)
+		waitReconciled(t, ns, name, int(n), 5*time.Minute)
+	}
+	if got := legacyPodUIDs(t, ns, name); !maps.Equal(got, uids) {
+		t.Errorf("adopted pods changed while scaling: before %v, after %v", uids, got)
+	}
+	w.mark("scaled")
+	w.requireWritesBetween("taken over", "scaled", 1)
+	return c
 }
 
 // scheduleRuns waits until a snapshot of one of the carried schedule's

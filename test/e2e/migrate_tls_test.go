@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -112,28 +113,11 @@ func TestMigrateTLS(t *testing.T) {
 		t.Errorf("root with a wrong password: %v, want an authentication failure", err)
 	}
 
-	scaleDeployment(t, ns, migrateOperator(ns), 1)
-	waitReconciled(t, ns, name, 3, 5*time.Minute)
-	c := getCluster(t, ns, name)
-	if c.Status.ClusterID != legacyID || !c.Status.AuthEnabled {
-		t.Errorf("cluster ID %s (legacy %s), auth latched %v", c.Status.ClusterID, legacyID, c.Status.AuthEnabled)
-	}
-	if got := legacyPodUIDs(t, ns, name); !maps.Equal(got, uids) {
-		t.Errorf("pods changed: before %v, after %v", uids, got)
-	}
-	w.mark("taken over")
-	w.requireWritesBetween("adopted", "taken over", 1)
-	legacyObjectsGone(t, ns, name)
-
-	for _, n := range []int32{5, 3} {
-		setReplicas(t, ns, name, n)
-		waitReconciled(t, ns, name, int(n), 5*time.Minute)
-	}
-	if got := legacyPodUIDs(t, ns, name); !maps.Equal(got, uids) {
-		t.Errorf("adopted pods changed while scaling: before %v, after %v", uids, got)
-	}
-	w.mark("scaled")
-	w.requireWritesBetween("taken over", "scaled", 1)
+	takeOverAndScale(t, ns, name, w, legacyID, uids)
+	eventually(t, time.Minute, "authentication latched by the operator", func() (bool, string) {
+		st := getCluster(t, ns, name).Status
+		return st.AuthEnabled, fmt.Sprintf("authEnabled %v", st.AuthEnabled)
+	})
 	if err := readWith(ns, name, nil); err == nil {
 		t.Error("a client without a certificate was served")
 	}
