@@ -141,7 +141,8 @@ func alarms(in []*etcdserverpb.AlarmMember) []Alarm {
 // (authenticated by its client certificate alone) so for good: it neither
 // sets a password on it nor deletes root while authentication is on. So
 // authentication is switched off, root deleted and added back with the
-// password, granted the root role and authentication switched on again: a
+// password, granted the root role (and any other role it held) and
+// authentication switched on again: a
 // window of a few round trips in which etcd checks no credentials, and
 // after which every token must be renewed (clients authenticated by
 // certificate are not affected). Every step tolerates having been done,
@@ -157,6 +158,19 @@ func (c *client) GiveRootAPassword(ctx context.Context, password string) error {
 			return classify(fmt.Errorf("switching authentication off: %w", err))
 		}
 	}
+	// Roles root holds besides root (the legacy operator grants none) go
+	// back to it.
+	roles := []string{"root"}
+	switch u, err := c.c.UserGet(ctx, "root"); {
+	case err == nil:
+		for _, r := range u.Roles {
+			if r != "root" {
+				roles = append(roles, r)
+			}
+		}
+	case !errors.Is(err, rpctypes.ErrUserNotFound):
+		return classify(fmt.Errorf("reading user root: %w", err))
+	}
 	if _, err := c.c.UserDelete(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
 		return classify(fmt.Errorf("deleting user root: %w", err))
 	}
@@ -166,8 +180,10 @@ func (c *client) GiveRootAPassword(ctx context.Context, password string) error {
 	if _, err := c.c.RoleAdd(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
 		return classify(fmt.Errorf("adding role root: %w", err))
 	}
-	if _, err := c.c.UserGrantRole(ctx, "root", "root"); err != nil {
-		return classify(fmt.Errorf("granting role root: %w", err))
+	for _, r := range roles {
+		if _, err := c.c.UserGrantRole(ctx, "root", r); err != nil {
+			return classify(fmt.Errorf("granting role %s to root: %w", r, err))
+		}
 	}
 	if _, err := c.c.AuthEnable(ctx); err != nil {
 		return classify(fmt.Errorf("switching authentication on: %w", err))

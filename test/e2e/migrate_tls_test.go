@@ -112,6 +112,12 @@ func TestMigrateTLS(t *testing.T) {
 	if err := readAs(ns, name, "root", password+"-wrong"); !errors.Is(err, etcd.ErrAuthFailed) {
 		t.Errorf("root with a wrong password: %v, want an authentication failure", err)
 	}
+	if err := readAs(ns, name, "app", "app-password"); err != nil {
+		t.Errorf("the cluster's own user app after the adoption: %v", err)
+	}
+	if got := rootRoles(t, ns, name); !slices.Equal(got, []string{"reader", "root"}) {
+		t.Errorf("root holds roles %v, want reader and root", got)
+	}
 
 	takeOverAndScale(t, ns, name, w, legacyID, uids)
 	eventually(t, time.Minute, "authentication latched by the operator", func() (bool, string) {
@@ -181,9 +187,44 @@ func enableLegacyAuth(t *testing.T, ns, name string) {
 	if _, err := c.UserGrantRole(ctx, "root", "root"); err != nil {
 		t.Fatal(err)
 	}
+	// A user of the cluster's own, and a role of its that root holds too:
+	// the adoption keeps both.
+	if _, err := c.RoleAdd(ctx, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RoleGrantPermission(ctx, "reader", "\x00", "\x00", clientv3.PermissionType(clientv3.PermRead)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UserAdd(ctx, "app", "app-password"); err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"app", "root"} {
+		if _, err := c.UserGrantRole(ctx, user, "reader"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := c.AuthEnable(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// rootRoles are the roles etcd's root user holds.
+func rootRoles(t *testing.T, ns, name string) []string {
+	t.Helper()
+	c, err := clusterClient(ns, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u, err := c.UserGet(ctx, "root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := slices.Clone(u.Roles)
+	slices.Sort(roles)
+	return roles
 }
 
 // secretVersions are the resourceVersions of the namespace's Secrets.
