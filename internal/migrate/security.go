@@ -45,12 +45,12 @@ type material struct {
 type caChange struct {
 	Secret string
 	CA     *x509.Certificate
-	// From says which legacy field the CA comes from.
-	From string
+	// What says what the CA is and where the legacy cluster keeps it.
+	What string
 }
 
 func (c caChange) String() string {
-	return fmt.Sprintf("Secret %s: ca.crt gains the CA %q (from %s)", c.Secret, c.CA.Subject.String(), c.From)
+	return fmt.Sprintf("Secret %s: ca.crt gains the CA %q (%s)", c.Secret, c.CA.Subject.String(), c.What)
 }
 
 // clientTLSOn says whether the legacy members serve their client port over TLS.
@@ -279,20 +279,20 @@ func (lv *Live) caChanges() []caChange {
 		return nil
 	}
 	want := map[string][]caChange{}
-	add := func(secret string, cas []*x509.Certificate, from string) {
+	add := func(secret string, cas []*x509.Certificate, what string) {
 		if secret == "" {
 			return
 		}
 		for _, ca := range cas {
 			if !slices.ContainsFunc(want[secret], func(c caChange) bool { return c.CA.Equal(ca) }) {
-				want[secret] = append(want[secret], caChange{Secret: secret, CA: ca, From: from})
+				want[secret] = append(want[secret], caChange{Secret: secret, CA: ca, What: what})
 			}
 		}
 	}
 	spec := m.spec
-	add(spec.ServerSecret, m.serverRoots, "it signed the server certificate")
-	add(spec.ServerSecret, m.clientCAs, "spec.security.tls.clientTrustedCASecret "+spec.ClientTrustedCASecret)
-	add(spec.PeerSecret, m.peerCAs, "spec.security.tls.peerTrustedCASecret "+spec.PeerTrustedCASecret)
+	add(spec.ServerSecret, m.serverRoots, "the CA of the server certificate, which the operator verifies members with")
+	add(spec.ServerSecret, m.clientCAs, "the client CA, from spec.security.tls.clientTrustedCASecret "+spec.ClientTrustedCASecret)
+	add(spec.PeerSecret, m.peerCAs, "the peer CA, from spec.security.tls.peerTrustedCASecret "+spec.PeerTrustedCASecret)
 	var out []caChange
 	for _, secret := range sortedKeys(want) {
 		have, _ := parseCerts(m.secrets[secret].Data[build.KeyCA])
