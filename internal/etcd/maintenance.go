@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -136,19 +137,35 @@ func alarms(in []*etcdserverpb.AlarmMember) []Alarm {
 	return out
 }
 
+// rootUser is the user, and the role, that etcd lets do everything.
+const rootUser = "root"
+
+// RootRoles returns the roles root holds (none when there is no root).
+func (c *client) RootRoles(ctx context.Context) ([]string, error) {
+	u, err := c.c.UserGet(ctx, rootUser)
+	switch {
+	case errors.Is(err, rpctypes.ErrUserNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, classify(fmt.Errorf("reading user %s: %w", rootUser, err))
+	}
+	return u.Roles, nil
+}
+
 // GiveRootAPassword makes root a user that logs in with this password and
-// holds the root role. etcd keeps a user created without a password
-// (authenticated by its client certificate alone) so for good: it neither
-// sets a password on it nor deletes root while authentication is on. So
-// authentication is switched off, root deleted and added back with the
-// password, granted the root role (and any other role it held) and
-// authentication switched on again: a
-// window of a few round trips in which etcd checks no credentials, and
-// after which every token must be renewed (clients authenticated by
-// certificate are not affected). Every step tolerates having been done,
-// so a call that died half-way is finished by the next. The client must
-// be root.
-func (c *client) GiveRootAPassword(ctx context.Context, password string) error {
+// holds the root role, the given roles and any role it holds now. etcd
+// keeps a user created without a password (authenticated by its client
+// certificate alone) so for good: it neither sets a password on it nor
+// deletes root while authentication is on. So authentication is switched
+// off, root deleted and added back with the password, granted its roles
+// and authentication switched on again: a window of a few round trips in
+// which etcd checks no credentials, and after which every token must be
+// renewed (clients authenticated by certificate are not affected). Every
+// step tolerates having been done, so a call that died half-way is
+// finished by the next; a call that died after deleting root has lost the
+// roles root held, so the caller reads them first (RootRoles), keeps them
+// where a crash does not reach, and passes them. The client must be root.
+func (c *client) GiveRootAPassword(ctx context.Context, password string, roles []string) error {
 	on, err := c.AuthEnabled(ctx)
 	if err != nil {
 		return err
@@ -158,31 +175,28 @@ func (c *client) GiveRootAPassword(ctx context.Context, password string) error {
 			return classify(fmt.Errorf("switching authentication off: %w", err))
 		}
 	}
-	// Roles root holds besides root (the legacy operator grants none) go
-	// back to it.
-	roles := []string{"root"}
-	switch u, err := c.c.UserGet(ctx, "root"); {
-	case err == nil:
-		for _, r := range u.Roles {
-			if r != "root" {
-				roles = append(roles, r)
-			}
+	held, err := c.RootRoles(ctx)
+	if err != nil {
+		return err
+	}
+	grant := []string{rootUser}
+	for _, r := range append(slices.Clone(roles), held...) {
+		if !slices.Contains(grant, r) {
+			grant = append(grant, r)
 		}
-	case !errors.Is(err, rpctypes.ErrUserNotFound):
-		return classify(fmt.Errorf("reading user root: %w", err))
 	}
-	if _, err := c.c.UserDelete(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
-		return classify(fmt.Errorf("deleting user root: %w", err))
+	if _, err := c.c.UserDelete(ctx, rootUser); err != nil && !errors.Is(err, rpctypes.ErrUserNotFound) {
+		return classify(fmt.Errorf("deleting user %s: %w", rootUser, err))
 	}
-	if _, err := c.c.UserAdd(ctx, "root", password); err != nil {
-		return classify(fmt.Errorf("adding user root: %w", err))
+	if _, err := c.c.UserAdd(ctx, rootUser, password); err != nil {
+		return classify(fmt.Errorf("adding user %s: %w", rootUser, err))
 	}
-	if _, err := c.c.RoleAdd(ctx, "root"); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
-		return classify(fmt.Errorf("adding role root: %w", err))
+	if _, err := c.c.RoleAdd(ctx, rootUser); err != nil && !errors.Is(err, rpctypes.ErrRoleAlreadyExist) {
+		return classify(fmt.Errorf("adding role %s: %w", rootUser, err))
 	}
-	for _, r := range roles {
-		if _, err := c.c.UserGrantRole(ctx, "root", r); err != nil {
-			return classify(fmt.Errorf("granting role %s to root: %w", r, err))
+	for _, r := range grant {
+		if _, err := c.c.UserGrantRole(ctx, rootUser, r); err != nil {
+			return classify(fmt.Errorf("granting role %s to %s: %w", r, rootUser, err))
 		}
 	}
 	if _, err := c.c.AuthEnable(ctx); err != nil {

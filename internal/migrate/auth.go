@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,8 +37,14 @@ func RootCredentialsSecretName(cluster string) string { return cluster + "-root-
 // rootPassworder is the call that gives root a password (the real client
 // has it; see etcd.GiveRootAPassword).
 type rootPassworder interface {
-	GiveRootAPassword(ctx context.Context, password string) error
+	RootRoles(ctx context.Context) ([]string, error)
+	GiveRootAPassword(ctx context.Context, password string, roles []string) error
 }
+
+// annotationRootRoles, on the operator's record of the password, keeps the
+// roles root held besides root before the tool re-created it: a run killed
+// after etcd deleted root finds them there.
+const annotationRootRoles = "etcd-operator.cozystack.io/migrated-root-roles"
 
 // readAuth checks what adopting a cluster with enableAuth needs: the
 // legacy operator's certificate is root's (the tool acts as root through
@@ -84,14 +92,15 @@ func (a *applier) auth(ctx context.Context) error {
 	if err := a.env.Client.Get(ctx, a.key(l.Name()), cluster); err != nil {
 		return fmt.Errorf("reading EtcdCluster %s: %w", l.Name(), err)
 	}
-	if err := a.recordPassword(ctx, cluster, password); err != nil {
-		return err
-	}
 	pod := a.readyPod()
 	if pod == nil {
 		return errors.New("no Ready member to set the root password through")
 	}
 	lv := a.plan.Live
+	roles, err := a.recordPassword(ctx, cluster, password, pod)
+	if err != nil {
+		return err
+	}
 	if lv.withEtcdAs(ctx, a.env, pod, build.RootUser, password, func(cl etcd.Maintenance) error {
 		_, err := timed(ctx, 10*time.Second, cl.MemberList)
 		return err
@@ -106,7 +115,7 @@ func (a *applier) auth(ctx context.Context) error {
 		}
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return rp.GiveRootAPassword(ctx, password)
+		return rp.GiveRootAPassword(ctx, password, roles)
 	})
 	if err != nil {
 		return fmt.Errorf("giving root the password of Secret %s: %w", RootCredentialsSecretName(l.Name()), err)
@@ -153,19 +162,58 @@ func (a *applier) rootPassword(ctx context.Context) (string, error) {
 // recordPassword writes the operator's record of the password etcd has
 // (build.AppliedPasswordSecret) before etcd has it, as the operator does:
 // the operator latches authentication only with a password to log in with.
-func (a *applier) recordPassword(ctx context.Context, c *v1alpha2.EtcdCluster, password string) error {
+// The record also keeps the roles root holds (read from etcd the first
+// time, before root is re-created), which it returns.
+func (a *applier) recordPassword(ctx context.Context, c *v1alpha2.EtcdCluster, password string, pod *corev1.Pod) ([]string, error) {
 	want := build.AppliedPasswordSecret(c, []byte(password))
 	have := &corev1.Secret{}
-	switch err := a.env.Client.Get(ctx, client.ObjectKeyFromObject(want), have); {
-	case apierrors.IsNotFound(err):
-		return a.env.Client.Create(ctx, want)
-	case err != nil:
-		return err
-	case string(have.Data[build.KeyPassword]) == password:
-		return nil
+	err := a.env.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	exists := err == nil
+	recorded, ok := have.Annotations[annotationRootRoles]
+	if !ok {
+		var held []string
+		err := a.plan.Live.withEtcd(ctx, a.env, pod, func(cl etcd.Maintenance) error {
+			rp, ok := cl.(rootPassworder)
+			if !ok {
+				return errors.New("this etcd client cannot read root's roles")
+			}
+			var err error
+			held, err = timed(ctx, 10*time.Second, rp.RootRoles)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reading the roles of etcd's root user: %w", err)
+		}
+		held = slices.DeleteFunc(slices.Clone(held), func(r string) bool { return r == build.RootUser })
+		recorded = strings.Join(held, ",")
+	}
+	if exists && ok && string(have.Data[build.KeyPassword]) == password {
+		return rolesOf(recorded), nil
+	}
+	if !exists {
+		have = want
 	}
 	have.Data = want.Data
-	return a.env.Client.Update(ctx, have)
+	metav1.SetMetaDataAnnotation(&have.ObjectMeta, annotationRootRoles, recorded)
+	if exists {
+		err = a.env.Client.Update(ctx, have)
+	} else {
+		err = a.env.Client.Create(ctx, have)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recording the root password in Secret %s: %w", want.Name, err)
+	}
+	return rolesOf(recorded), nil
+}
+
+func rolesOf(recorded string) []string {
+	if recorded == "" {
+		return nil
+	}
+	return strings.Split(recorded, ",")
 }
 
 // readyPod is a member Pod that was Running and Ready when inspected.
