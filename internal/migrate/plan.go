@@ -112,7 +112,10 @@ func standingRisks(lv *Live) []string {
 	}
 	switch auth := l.Spec.Security != nil && l.Spec.Security.EnableAuth; {
 	case auth:
-		out = append(out, fmt.Sprintf("AUTH: the legacy root user has no password (it authenticates by certificate); the operator logs in as root with the password of Secret %s (made with a random password unless it exists). etcd cannot give that user a password, so the tool switches authentication off for a moment (a few round trips), re-creates root with the password and the root role, and switches it on again. Other users and roles stay; clients authenticated by certificate are not affected; clients with tokens log in again", RootCredentialsSecretName(l.Name())))
+		out = append(out, fmt.Sprintf("AUTH: the legacy root user has no password (it authenticates by certificate); the operator logs in as root with the password of Secret %s (made with a random password unless it exists). etcd cannot give that user a password, so the tool switches authentication off for a moment (a few round trips), re-creates root with the password and the roles it held, and switches it on again. Other users and roles stay; clients authenticated by certificate are not affected; clients with tokens log in again", RootCredentialsSecretName(l.Name())))
+		if !lv.AuthEnabled && len(lv.Members) > 0 {
+			out = append(out, "AUTH IS OFF: the legacy spec asks for authentication but etcd has it off, so any client can read and write every key; an --apply stopped inside its auth step leaves it so: run --apply again, which switches it on")
+		}
 	case lv.AuthEnabled:
 		out = append(out, "etcd auth is on although the legacy spec does not ask for it")
 	}

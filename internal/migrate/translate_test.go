@@ -299,3 +299,37 @@ func checkAdoptedMember(t *testing.T, m *v1alpha2.EtcdMember, lm LiveMember, tar
 		t.Errorf("member %s TLS %+v", m.Name, m.Spec.TLS)
 	}
 }
+
+// TestAuthRisks: the dry run says when etcd runs without the authentication
+// the legacy spec asks for (what an apply stopped inside its auth step
+// leaves), and says nothing of it when etcd has it on.
+func TestAuthRisks(t *testing.T) {
+	members := []LiveMember{{Name: "db-0", ID: 1, PeerURL: "http://db-0.db-headless.ns.svc:2380"}}
+	authSpec := set([]string{"security", "enableAuth"}, true)
+	for _, tc := range []struct {
+		name     string
+		l        *Legacy
+		on       bool
+		want     []string
+		wantNone []string
+	}{
+		{name: "auth asked, on", l: legacy(t, authSpec), on: true, want: []string{"AUTH: "}, wantNone: []string{"AUTH IS OFF"}},
+		{name: "auth asked, off", l: legacy(t, authSpec), on: false, want: []string{"AUTH: ", "AUTH IS OFF", "run --apply again"}},
+		{name: "not asked, on", l: legacy(t), on: true, want: []string{"auth is on although"}, wantNone: []string{"AUTH"}},
+		{name: "not asked, off", l: legacy(t), on: false, wantNone: []string{"AUTH", "auth is on"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			risks := strings.Join(standingRisks(&Live{Legacy: tc.l, Members: members, AuthEnabled: tc.on}), "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(risks, w) {
+					t.Errorf("risks lack %q:\n%s", w, risks)
+				}
+			}
+			for _, w := range tc.wantNone {
+				if strings.Contains(risks, w) {
+					t.Errorf("risks contain %q:\n%s", w, risks)
+				}
+			}
+		})
+	}
+}
