@@ -4,7 +4,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // clusterDomain is the cluster DNS domain: the flag's value, else the one the
@@ -18,7 +18,7 @@ func clusterDomain(flagValue string) string {
 			return d
 		}
 	}
-	return build.DefaultClusterDomain
+	return manifest.DefaultClusterDomain
 }
 
 // domainFromResolvConf reads the cluster domain from a Pod's resolv.conf,

@@ -30,11 +30,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
@@ -217,7 +217,7 @@ func liveNamespaces(ctx context.Context, cfg *rest.Config, watch string) string 
 // PVCs, Services, PDBs and EndpointSlices to the objects the operator manages,
 // so memory does not grow with unrelated workloads.
 func cacheOptions(watch string) cache.Options {
-	managed := labels.SelectorFromSet(labels.Set{build.LabelManagedBy: build.ManagedBy})
+	managed := labels.SelectorFromSet(labels.Set{manifest.LabelManagedBy: manifest.ManagedBy})
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                   {Label: managed},
 		&corev1.PersistentVolumeClaim{}: {Label: managed},

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Config builds the configuration to reach the given members of a cluster.
@@ -26,7 +26,7 @@ import (
 func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember) (etcd.Config, error) {
 	cfg := etcd.Config{}
 	for _, m := range members {
-		cfg.Endpoints = append(cfg.Endpoints, build.ClientURL(m))
+		cfg.Endpoints = append(cfg.Endpoints, manifest.ClientURL(m))
 	}
 	if len(cfg.Endpoints) == 0 {
 		return cfg, errors.New("no member to connect to")
@@ -37,7 +37,7 @@ func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster,
 	}
 	cfg.TLS = t
 	cfg.Resolve = podAddresses(ctx, pods, c)
-	if build.AuthWanted(c) {
+	if manifest.AuthWanted(c) {
 		// Credentials go with every dial once there is a password, also
 		// before authentication is latched: etcd answers a login with
 		// "not enabled" then (the client goes on anonymous), and a cluster
@@ -46,7 +46,7 @@ func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster,
 		pw, err := AppliedPassword(ctx, r, c)
 		switch {
 		case err == nil:
-			cfg.Username, cfg.Password = build.RootUser, pw
+			cfg.Username, cfg.Password = manifest.RootUser, pw
 			cfg.LoginVia = voters(ctx, r, pods, c)
 		case c.Status.AuthEnabled:
 			return cfg, err
@@ -62,13 +62,13 @@ func voters(ctx context.Context, r, cache client.Reader, c *v1alpha2.EtcdCluster
 		cache = r
 	}
 	list := &v1alpha2.EtcdMemberList{}
-	if err := cache.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{build.LabelCluster: c.Name}); err != nil {
+	if err := cache.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{manifest.LabelCluster: c.Name}); err != nil {
 		return nil
 	}
 	var out []string
 	for i := range list.Items {
 		if m := &list.Items[i]; m.Status.IsVoter && m.DeletionTimestamp.IsZero() {
-			out = append(out, build.ClientURL(m))
+			out = append(out, manifest.ClientURL(m))
 		}
 	}
 	slices.Sort(out)
@@ -82,20 +82,20 @@ func WantedPassword(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluste
 	if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, s); err != nil {
 		return "", fmt.Errorf("reading the root credentials Secret %s: %w", name, err)
 	}
-	if len(s.Data[build.KeyPassword]) == 0 {
-		return "", fmt.Errorf("the root credentials Secret %s has no %s key", name, build.KeyPassword)
+	if len(s.Data[manifest.KeyPassword]) == 0 {
+		return "", fmt.Errorf("the root credentials Secret %s has no %s key", name, manifest.KeyPassword)
 	}
-	return string(s.Data[build.KeyPassword]), nil
+	return string(s.Data[manifest.KeyPassword]), nil
 }
 
 // AppliedPassword is the root password etcd has, as the operator recorded
-// it (see build.AppliedPasswordSecretName); the user's before any record.
+// it (see manifest.AppliedPasswordSecretName); the user's before any record.
 func AppliedPassword(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster) (string, error) {
 	s := &corev1.Secret{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: build.AppliedPasswordSecretName(c.Name)}, s)
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: manifest.AppliedPasswordSecretName(c.Name)}, s)
 	switch {
-	case err == nil && len(s.Data[build.KeyPassword]) > 0:
-		return string(s.Data[build.KeyPassword]), nil
+	case err == nil && len(s.Data[manifest.KeyPassword]) > 0:
+		return string(s.Data[manifest.KeyPassword]), nil
 	case err != nil && !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("reading the applied root password: %w", err)
 	}
@@ -109,7 +109,7 @@ func podAddresses(ctx context.Context, pods client.Reader, c *v1alpha2.EtcdClust
 		return nil
 	}
 	list := &corev1.PodList{}
-	if err := pods.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{build.LabelCluster: c.Name}); err != nil {
+	if err := pods.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{manifest.LabelCluster: c.Name}); err != nil {
 		return nil
 	}
 	byHost := map[string]string{}
@@ -127,7 +127,7 @@ func podAddresses(ctx context.Context, pods client.Reader, c *v1alpha2.EtcdClust
 // TLS returns the operator's client TLS configuration for a cluster, or nil
 // when the client plane is plain.
 func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster) (*tls.Config, error) {
-	mt := build.MemberTLSOf(c)
+	mt := manifest.MemberTLSOf(c)
 	if mt == nil || mt.ClientServerSecretRef == nil {
 		return nil, nil
 	}
@@ -163,7 +163,7 @@ func operatorClientSecret(c *v1alpha2.EtcdCluster) string {
 	case t.OperatorClientSecretRef != nil:
 		return t.OperatorClientSecretRef.Name
 	case t.CertManager != nil && t.CertManager.OperatorClientIssuerRef != nil:
-		return build.OperatorClientTLSSecretName(c.Name)
+		return manifest.OperatorClientTLSSecretName(c.Name)
 	}
 	return ""
 }

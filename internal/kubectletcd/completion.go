@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // registerCompletions completes -p with the namespace's etcd member Pods, -c
@@ -50,7 +50,7 @@ func (a *app) completeWith(names func(context.Context, deps) ([]string, error)) 
 
 func memberPodNames(ctx context.Context, d deps) ([]string, error) {
 	list := &corev1.PodList{}
-	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace), client.HasLabels{build.LabelCluster}); err != nil {
+	if err := d.kube.List(ctx, list, client.InNamespace(d.namespace), client.HasLabels{manifest.LabelCluster}); err != nil {
 		return nil, err
 	}
 	var out []string

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // selfSigned returns a PEM certificate and key that also serve as the CA.
@@ -255,7 +255,7 @@ func TestLearnerIsReadLoggedInThroughAVoter(t *testing.T) {
 		c.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: "root"}}
 		c.Status.AuthEnabled = true
 	}
-	learner := func(p *corev1.Pod) { delete(p.Labels, build.LabelRole) }
+	learner := func(p *corev1.Pod) { delete(p.Labels, manifest.LabelRole) }
 	env := newFakeEnv(t, e, cluster("c", auth), memberPod("c", "c-a"), memberPod("c", "c-b", learner),
 		secret("root", map[string]string{"password": "pw"}))
 	code, out, errOut := env.run("status", "-c", "c")

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // fakeEtcd is an etcd cluster as the plugin sees it through its members'
@@ -113,7 +113,7 @@ func (f *fakeEnv) Forward(_ context.Context, pod *corev1.Pod, port int) (int, fu
 	if f.refuse[pod.Name] {
 		return 0, nil, fmt.Errorf("%w: pod %s: pods %q is forbidden", ErrPortForward, pod.Name, pod.Name)
 	}
-	if port != build.ClientPort {
+	if port != manifest.ClientPort {
 		return 0, nil, fmt.Errorf("unexpected port %d", port)
 	}
 	local := 30000 + len(f.ports)
@@ -413,14 +413,14 @@ func cluster(name string, mods ...func(*v1alpha2.EtcdCluster)) *v1alpha2.EtcdClu
 // memberPod is a Ready member Pod of cluster c as the operator renders it.
 func memberPod(c, name string, mods ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: build.MemberLabels(c, name)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: manifest.MemberLabels(c, name)},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name:    build.EtcdContainer,
+			Name:    manifest.EtcdContainer,
 			Command: []string{"etcd", "--name=" + name, "--advertise-client-urls=http://" + name + "." + c + ".ns.svc:2379"},
 		}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
-	p.Labels[build.LabelRole] = build.RoleVoter
+	p.Labels[manifest.LabelRole] = manifest.RoleVoter
 	for _, m := range mods {
 		m(p)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -171,7 +171,7 @@ func (s *session) add(ctx context.Context, cmd *cobra.Command, peerURL string, o
 		}
 	}
 	fmt.Fprintf(out, "Start it with:\n  --name=%s --initial-advertise-peer-urls=%s --initial-cluster=%s --initial-cluster-state=existing\n",
-		name, peerURL, build.InitialCluster(peers))
+		name, peerURL, manifest.InitialCluster(peers))
 	s.noteOperator(cmd.ErrOrStderr(), "it removes etcd members no EtcdMember accounts for; scale the EtcdCluster instead")
 	return nil
 }

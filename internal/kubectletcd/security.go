@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // security is how the plugin authenticates to etcd, and where it learnt
@@ -50,7 +50,7 @@ func discoverTLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, 
 func podTLS(ctx context.Context, r client.Reader, pod *corev1.Pod) (*tls.Config, string, error) {
 	c := etcdContainer(pod)
 	if c == nil {
-		return nil, "", fmt.Errorf("pod %s has no container named %q", pod.Name, build.EtcdContainer)
+		return nil, "", fmt.Errorf("pod %s has no container named %q", pod.Name, manifest.EtcdContainer)
 	}
 	flags := parseFlags(append(append([]string(nil), c.Command...), c.Args...))
 	certFile := flags["cert-file"]
@@ -83,7 +83,7 @@ func podTLS(ctx context.Context, r client.Reader, pod *corev1.Pod) (*tls.Config,
 
 func etcdContainer(pod *corev1.Pod) *corev1.Container {
 	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == build.EtcdContainer {
+		if pod.Spec.Containers[i].Name == manifest.EtcdContainer {
 			return &pod.Spec.Containers[i]
 		}
 	}

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // deps is everything a session reaches out through; tests replace them.
@@ -95,7 +95,7 @@ func (s *session) resolvePod(ctx context.Context, name string) error {
 	}
 	s.pod = pod
 	s.pods[pod.Name] = pod
-	clusterName := pod.Labels[build.LabelCluster]
+	clusterName := pod.Labels[manifest.LabelCluster]
 	if clusterName == "" {
 		return nil
 	}
@@ -125,7 +125,7 @@ func (s *session) resolveCluster(ctx context.Context, name string) error {
 
 func (s *session) listClusterPods(ctx context.Context) error {
 	list := &corev1.PodList{}
-	if err := s.kube.List(ctx, list, client.InNamespace(s.namespace), client.MatchingLabels(build.ClusterSelector(s.cluster.Name))); err != nil {
+	if err := s.kube.List(ctx, list, client.InNamespace(s.namespace), client.MatchingLabels(manifest.ClusterSelector(s.cluster.Name))); err != nil {
 		return fmt.Errorf("listing the pods of etcdcluster %s: %w", s.cluster.Name, err)
 	}
 	for i := range list.Items {
@@ -184,7 +184,7 @@ func (s *session) connect(ctx context.Context, pod *corev1.Pod) (*conn, error) {
 	if why := notRunning(pod); why != "" {
 		return nil, fmt.Errorf("pod %s is not Ready, and its etcd does not run: %s", pod.Name, why)
 	}
-	local, stop, err := s.forwarder.Forward(ctx, pod, build.ClientPort)
+	local, stop, err := s.forwarder.Forward(ctx, pod, manifest.ClientPort)
 	if err != nil {
 		return nil, err
 	}
@@ -227,13 +227,13 @@ func (s *session) connect(ctx context.Context, pod *corev1.Pod) (*conn, error) {
 // loginVia is the forwarded endpoint of a Ready voter to log in through
 // when pod is not known to be a voter: a learner refuses to log anyone in.
 func (s *session) loginVia(ctx context.Context, pod *corev1.Pod) []string {
-	if s.sec.Username == "" || pod.Labels[build.LabelRole] == build.RoleVoter {
+	if s.sec.Username == "" || pod.Labels[manifest.LabelRole] == manifest.RoleVoter {
 		return nil
 	}
 	s.mu.Lock()
 	var voters []*corev1.Pod
 	for _, p := range s.pods {
-		if p.Name != pod.Name && p.Labels[build.LabelRole] == build.RoleVoter && isReady(p) {
+		if p.Name != pod.Name && p.Labels[manifest.LabelRole] == manifest.RoleVoter && isReady(p) {
 			voters = append(voters, p)
 		}
 	}
@@ -262,7 +262,7 @@ func (s *session) candidates() []*corev1.Pod {
 		if !isReady(p) {
 			r += 2
 		}
-		if p.Labels[build.LabelRole] != build.RoleVoter {
+		if p.Labels[manifest.LabelRole] != manifest.RoleVoter {
 			r++
 		}
 		return r
@@ -392,9 +392,9 @@ func advertisedClientURL(pod *corev1.Pod, secure bool) string {
 		}
 	}
 	if secure {
-		return fmt.Sprintf("https://localhost:%d", build.ClientPort)
+		return fmt.Sprintf("https://localhost:%d", manifest.ClientPort)
 	}
-	return fmt.Sprintf("http://localhost:%d", build.ClientPort)
+	return fmt.Sprintf("http://localhost:%d", manifest.ClientPort)
 }
 
 func envValue(c *corev1.Container, name string) string {

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Step is one idempotent step of an adoption: each reads what is there and
@@ -174,7 +174,7 @@ func (a *applier) cluster(ctx context.Context) error {
 	c.Status.ClusterToken = a.plan.Cluster.Status.ClusterToken
 	// The target is latched from the spec as the API server stored it
 	// (with its defaults), exactly as the operator would latch it.
-	c.Status.Observed = build.Observe(&c.Spec)
+	c.Status.Observed = manifest.Observe(&c.Spec)
 	if err := a.env.Client.Status().Patch(ctx, c, patch); err != nil {
 		return fmt.Errorf("pre-filling the EtcdCluster's status: %w", err)
 	}
@@ -277,22 +277,22 @@ func (a *applier) adoptPods(ctx context.Context) error {
 		// hashes below, for changed Secrets, each under its own cause. The
 		// marker keeps it known as a Pod the operator did not render.
 		anns := map[string]string{
-			build.AnnotationInitialClusterState: build.StateExisting,
-			build.AnnotationTemplateHash:        build.TemplateHash(m),
-			build.AnnotationAdoptedPod:          "true",
+			manifest.AnnotationInitialClusterState: manifest.StateExisting,
+			manifest.AnnotationTemplateHash:        manifest.TemplateHash(m),
+			manifest.AnnotationAdoptedPod:          "true",
 		}
 		if h, err := a.secretHashes(ctx, m); err != nil {
 			return err
 		} else if h != "" {
 			// The certificate material the Pod runs with, as the operator
 			// records it on the Pods it starts: a later renewal rolls it.
-			anns[build.AnnotationSecretHashes] = h
+			anns[manifest.AnnotationSecretHashes] = h
 		}
 		if err := a.handOver(ctx, pod, m, memberPodLabels(pod.Labels, cluster, m.Name, true), anns); err != nil {
 			return err
 		}
 		pvc := &corev1.PersistentVolumeClaim{}
-		if err := a.env.Client.Get(ctx, a.key(build.PVCName(lm.Name)), pvc); err != nil {
+		if err := a.env.Client.Get(ctx, a.key(manifest.PVCName(lm.Name)), pvc); err != nil {
 			return fmt.Errorf("reading claim of %s: %w", lm.Name, err)
 		}
 		if err := a.handOver(ctx, pvc, m, memberPodLabels(pvc.Labels, cluster, m.Name, false), nil); err != nil {
@@ -315,15 +315,15 @@ func (a *applier) secrets(ctx context.Context) error {
 		if err := a.env.Client.Get(ctx, a.key(name), s); err != nil {
 			return fmt.Errorf("reading Secret %s: %w", name, err)
 		}
-		bundle := withCAs(s.Data[build.KeyCA], bySecret[name])
-		if bytes.Equal(bundle, s.Data[build.KeyCA]) {
+		bundle := withCAs(s.Data[manifest.KeyCA], bySecret[name])
+		if bytes.Equal(bundle, s.Data[manifest.KeyCA]) {
 			continue
 		}
 		patch := client.MergeFromWithOptions(s.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		if s.Data == nil {
 			s.Data = map[string][]byte{}
 		}
-		s.Data[build.KeyCA] = bundle
+		s.Data[manifest.KeyCA] = bundle
 		if err := a.env.Client.Patch(ctx, s, patch); err != nil {
 			return fmt.Errorf("adding CAs to ca.crt of Secret %s: %w", name, err)
 		}
@@ -335,7 +335,7 @@ func (a *applier) secrets(ctx context.Context) error {
 // secretHashes renders the hashes of the certificate material a member
 // mounts, or "" for a member without TLS.
 func (a *applier) secretHashes(ctx context.Context, m *v1alpha2.EtcdMember) (string, error) {
-	uses := build.MountedSecrets(m)
+	uses := manifest.MountedSecrets(m)
 	if len(uses) == 0 {
 		return "", nil
 	}
@@ -347,7 +347,7 @@ func (a *applier) secretHashes(ctx context.Context, m *v1alpha2.EtcdMember) (str
 		}
 		secrets[u.Name] = s
 	}
-	return build.SecretHashes(build.HashSecrets(uses, secrets)), nil
+	return manifest.SecretHashes(manifest.HashSecrets(uses, secrets)), nil
 }
 
 // handOver replaces obj's controller reference with the member's and adds
@@ -363,7 +363,7 @@ func (a *applier) handOver(ctx context.Context, obj client.Object, m *v1alpha2.E
 			refs = append(refs, r)
 		}
 	}
-	obj.SetOwnerReferences(append(refs, build.MemberOwner(m)))
+	obj.SetOwnerReferences(append(refs, manifest.MemberOwner(m)))
 	obj.SetLabels(labels)
 	if len(annotations) > 0 {
 		anns := obj.GetAnnotations()
@@ -435,9 +435,9 @@ func (a *applier) giveConfigMap(ctx context.Context, c *v1alpha2.EtcdCluster) er
 		return err
 	}
 	labels := memberPodLabels(cm.Labels, c.Name, "", false)
-	delete(labels, build.LabelComponent)
+	delete(labels, manifest.LabelComponent)
 	if len(cm.OwnerReferences) == 1 && cm.OwnerReferences[0].UID == c.UID && sameLabels(cm.Labels, labels) &&
-		cm.Data[legacyStateKey] == build.StateExisting {
+		cm.Data[legacyStateKey] == manifest.StateExisting {
 		return nil
 	}
 	patch := client.MergeFrom(cm.DeepCopy())
@@ -446,7 +446,7 @@ func (a *applier) giveConfigMap(ctx context.Context, c *v1alpha2.EtcdCluster) er
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
-	cm.Data[legacyStateKey] = build.StateExisting
+	cm.Data[legacyStateKey] = manifest.StateExisting
 	if err := a.env.Client.Patch(ctx, cm, patch); err != nil {
 		return fmt.Errorf("handing ConfigMap %s to the EtcdCluster: %w", cm.Name, err)
 	}
@@ -463,7 +463,7 @@ const legacyStateKey = "ETCD_INITIAL_CLUSTER_STATE"
 func (a *applier) giveService(ctx context.Context, svc *corev1.Service, c *v1alpha2.EtcdCluster) error {
 	refs := []metav1.OwnerReference{{APIVersion: v1alpha2.GroupVersion.String(), Kind: "EtcdCluster", Name: c.Name, UID: c.UID}}
 	labels := memberPodLabels(svc.Labels, c.Name, "", false)
-	delete(labels, build.LabelComponent)
+	delete(labels, manifest.LabelComponent)
 	if len(svc.OwnerReferences) == 1 && svc.OwnerReferences[0].UID == c.UID && sameLabels(svc.Labels, labels) {
 		return nil
 	}

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // The legacy operator's root user has no password: it is created with
@@ -59,7 +59,7 @@ func (lv *Live) readAuth(ctx context.Context, c client.Client) error {
 		// Its TLS Secrets are refused already.
 	case m == nil || m.operatorCert == nil || m.operatorCert.Leaf == nil:
 		lv.refuse("spec.security.enableAuth without a client certificate for the operator (spec.security.tls.clientSecret with clientTrustedCASecret): etcd-migrate acts as root through it to give root a password")
-	case m.operatorCert.Leaf.Subject.CommonName != build.RootUser:
+	case m.operatorCert.Leaf.Subject.CommonName != manifest.RootUser:
 		lv.refuse("spec.security.enableAuth: the legacy operator's client certificate (Secret %s) is for user %q, not root: etcd-migrate acts as root through it to give root a password", m.spec.ClientSecret, m.operatorCert.Leaf.Subject.CommonName)
 	}
 	s := &corev1.Secret{}
@@ -69,8 +69,8 @@ func (lv *Live) readAuth(ctx context.Context, c client.Client) error {
 	case err != nil:
 		return err
 	}
-	if len(s.Data[build.KeyPassword]) == 0 {
-		lv.refuse("Secret %s exists without a password: delete it (etcd-migrate then makes one with a random password) or put the root password under key %s", s.Name, build.KeyPassword)
+	if len(s.Data[manifest.KeyPassword]) == 0 {
+		lv.refuse("Secret %s exists without a password: delete it (etcd-migrate then makes one with a random password) or put the root password under key %s", s.Name, manifest.KeyPassword)
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func (lv *Live) readAuth(ctx context.Context, c client.Client) error {
 // the password working and stops there.
 func (a *applier) auth(ctx context.Context) error {
 	l := a.plan.Live.Legacy
-	if !build.AuthWanted(a.plan.Cluster) {
+	if !manifest.AuthWanted(a.plan.Cluster) {
 		return nil
 	}
 	password, err := a.rootPassword(ctx)
@@ -101,7 +101,7 @@ func (a *applier) auth(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if lv.withEtcdAs(ctx, a.env, pod, build.RootUser, password, func(cl etcd.Maintenance) error {
+	if lv.withEtcdAs(ctx, a.env, pod, manifest.RootUser, password, func(cl etcd.Maintenance) error {
 		_, err := timed(ctx, 10*time.Second, cl.MemberList)
 		return err
 	}) == nil {
@@ -132,10 +132,10 @@ func (a *applier) rootPassword(ctx context.Context) (string, error) {
 	err := a.env.Client.Get(ctx, a.key(name), s)
 	switch {
 	case err == nil:
-		if p := s.Data[build.KeyPassword]; len(p) > 0 {
+		if p := s.Data[manifest.KeyPassword]; len(p) > 0 {
 			return string(p), nil
 		}
-		return "", fmt.Errorf("the credentials Secret %s has no %s", name, build.KeyPassword)
+		return "", fmt.Errorf("the credentials Secret %s has no %s", name, manifest.KeyPassword)
 	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("reading Secret %s: %w", name, err)
 	}
@@ -147,7 +147,7 @@ func (a *applier) rootPassword(ctx context.Context) (string, error) {
 	s = &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.plan.Live.Legacy.Namespace()},
 		Type:       corev1.SecretTypeBasicAuth,
-		Data:       map[string][]byte{corev1.BasicAuthUsernameKey: []byte(build.RootUser), corev1.BasicAuthPasswordKey: []byte(password)},
+		Data:       map[string][]byte{corev1.BasicAuthUsernameKey: []byte(manifest.RootUser), corev1.BasicAuthPasswordKey: []byte(password)},
 	}
 	if err := a.env.Client.Create(ctx, s); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -160,12 +160,12 @@ func (a *applier) rootPassword(ctx context.Context) (string, error) {
 }
 
 // recordPassword writes the operator's record of the password etcd has
-// (build.AppliedPasswordSecret) before etcd has it, as the operator does:
+// (manifest.AppliedPasswordSecret) before etcd has it, as the operator does:
 // the operator latches authentication only with a password to log in with.
 // The record also keeps the roles root holds (read from etcd the first
 // time, before root is re-created), which it returns.
 func (a *applier) recordPassword(ctx context.Context, c *v1alpha2.EtcdCluster, password string, pod *corev1.Pod) ([]string, error) {
-	want := build.AppliedPasswordSecret(c, []byte(password))
+	want := manifest.AppliedPasswordSecret(c, []byte(password))
 	have := &corev1.Secret{}
 	err := a.env.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -187,10 +187,10 @@ func (a *applier) recordPassword(ctx context.Context, c *v1alpha2.EtcdCluster, p
 		if err != nil {
 			return nil, fmt.Errorf("reading the roles of etcd's root user: %w", err)
 		}
-		held = slices.DeleteFunc(slices.Clone(held), func(r string) bool { return r == build.RootUser })
+		held = slices.DeleteFunc(slices.Clone(held), func(r string) bool { return r == manifest.RootUser })
 		recorded = strings.Join(held, ",")
 	}
-	if exists && ok && string(have.Data[build.KeyPassword]) == password {
+	if exists && ok && string(have.Data[manifest.KeyPassword]) == password {
 		return rolesOf(recorded), nil
 	}
 	if !exists {

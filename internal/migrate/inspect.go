@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Forwarder opens a local port that reaches a port of a Pod (the kubectl
@@ -169,7 +169,7 @@ func (lv *Live) withEtcd(ctx context.Context, env Env, p *corev1.Pod, fn func(et
 
 // withEtcdAs is withEtcd logged in as a user (none when user is empty).
 func (lv *Live) withEtcdAs(ctx context.Context, env Env, p *corev1.Pod, user, password string, fn func(etcd.Maintenance) error) error {
-	local, stop, err := env.Forwarder.Forward(ctx, p, build.ClientPort)
+	local, stop, err := env.Forwarder.Forward(ctx, p, manifest.ClientPort)
 	if err != nil {
 		return err
 	}
@@ -260,14 +260,14 @@ func expectedPeerURL(have, member, service, ns string) string {
 	if u, err := url.Parse(have); err == nil && u.Scheme == "http" {
 		scheme = "http"
 	}
-	return fmt.Sprintf("%s://%s.%s.%s.svc:%d", scheme, member, service, ns, build.PeerPort)
+	return fmt.Sprintf("%s://%s.%s.%s.svc:%d", scheme, member, service, ns, manifest.PeerPort)
 }
 
 func (lv *Live) readClaims(ctx context.Context, c client.Client) error {
 	for i := range lv.Members {
 		m := &lv.Members[i]
 		pvc := &corev1.PersistentVolumeClaim{}
-		name := build.PVCName(m.Name)
+		name := manifest.PVCName(m.Name)
 		err := c.Get(ctx, client.ObjectKey{Namespace: lv.Legacy.Namespace(), Name: name}, pvc)
 		switch {
 		case apierrors.IsNotFound(err):

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Plan is what the tool would do to one legacy cluster.
@@ -41,7 +41,7 @@ func NewPlan(lv *Live, version string) *Plan {
 	p.Cluster.Status = v1alpha2.EtcdClusterStatus{
 		ClusterID:    etcd.FormatID(lv.ClusterID),
 		ClusterToken: lv.Legacy.ClusterToken(),
-		Observed:     build.Observe(&p.Cluster.Spec),
+		Observed:     manifest.Observe(&p.Cluster.Spec),
 	}
 	t.Risks = append(t.Risks, standingRisks(lv)...)
 	t.Risks = append(t.Risks, lv.tlsRisks()...)
@@ -58,23 +58,23 @@ func (p *Plan) members(c *v1alpha2.EtcdCluster) []*v1alpha2.EtcdMember {
 	for _, lm := range p.Live.Members {
 		peers[lm.Name] = lm.PeerURL
 	}
-	initial := build.InitialCluster(peers)
+	initial := manifest.InitialCluster(peers)
 	var out []*v1alpha2.EtcdMember
 	for _, lm := range p.Live.Members {
-		m := build.NewMember(c, false)
+		m := manifest.NewMember(c, false)
 		m.APIVersion, m.Kind = v1alpha2.GroupVersion.String(), "EtcdMember"
 		m.GenerateName, m.Name = "", lm.Name
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
 		}
-		m.Annotations[build.AnnotationHeadlessService] = l.HeadlessService()
-		m.Annotations[build.AnnotationDataDirSubPath] = LegacyDataSubPath
+		m.Annotations[manifest.AnnotationHeadlessService] = l.HeadlessService()
+		m.Annotations[manifest.AnnotationDataDirSubPath] = LegacyDataSubPath
 		m.Spec.ServiceName = l.HeadlessService()
 		m.Spec.InitialCluster = initial
-		m.Status = v1alpha2.EtcdMemberStatus{MemberID: etcd.FormatID(lm.ID), IsVoter: true, PVCName: build.PVCName(lm.Name)}
+		m.Status = v1alpha2.EtcdMemberStatus{MemberID: etcd.FormatID(lm.ID), IsVoter: true, PVCName: manifest.PVCName(lm.Name)}
 		if lm.Pod != nil {
 			m.Status.PodName, m.Status.PodUID = lm.Pod.Name, string(lm.Pod.UID)
-			m.Annotations[build.AnnotationRunAsUser] = strconv.FormatInt(etcdUser(lm.Pod), 10)
+			m.Annotations[manifest.AnnotationRunAsUser] = strconv.FormatInt(etcdUser(lm.Pod), 10)
 		}
 		out = append(out, m)
 	}
@@ -100,15 +100,15 @@ func etcdUser(p *corev1.Pod) int64 {
 func standingRisks(lv *Live) []string {
 	l := lv.Legacy
 	out := []string{
-		fmt.Sprintf("the adopted Pods keep their legacy spec (image, flags, probes, volumes at /var/run/etcd) until the operator restarts them for a change of version, resources or options; it then renders its own Pod on the same claim, with the data under %s and etcd running as the user the legacy Pod ran it as (root unless the legacy Pod named a user: the data belongs to that user; annotation %s); members the operator adds run as its own non-root user", build.DataDir+"/"+LegacyDataSubPath, build.AnnotationRunAsUser),
+		fmt.Sprintf("the adopted Pods keep their legacy spec (image, flags, probes, volumes at /var/run/etcd) until the operator restarts them for a change of version, resources or options; it then renders its own Pod on the same claim, with the data under %s and etcd running as the user the legacy Pod ran it as (root unless the legacy Pod named a user: the data belongs to that user; annotation %s); members the operator adds run as its own non-root user", manifest.DataDir+"/"+LegacyDataSubPath, manifest.AnnotationRunAsUser),
 		fmt.Sprintf("the adopted members' DNS names stay under the legacy headless Service %s, which passes to the EtcdCluster: do not delete it while an adopted member remains; new members live under %s", l.HeadlessService(), l.Name()),
 		"between the StatefulSet's retirement and the operator's start nothing recreates a deleted Pod: scale the operator up right after the tool finishes",
 		"the legacy PodDisruptionBudget (if any) is replaced by the operator's, which keeps a majority of the voters",
 	}
 	if l.ClientService() == l.Name() {
-		out = append(out, fmt.Sprintf("Service %s changes shape: the ClusterIP Service is deleted and the operator makes a headless Service of that name (DNS answers with every member, ready or not); point clients at the ClusterIP Service %s, which selects voters only", l.Name(), build.ClientServiceName(l.Name())))
+		out = append(out, fmt.Sprintf("Service %s changes shape: the ClusterIP Service is deleted and the operator makes a headless Service of that name (DNS answers with every member, ready or not); point clients at the ClusterIP Service %s, which selects voters only", l.Name(), manifest.ClientServiceName(l.Name())))
 	} else {
-		out = append(out, fmt.Sprintf("the legacy client Service %s is kept but no longer managed; clients should move to %s", l.ClientService(), build.ClientServiceName(l.Name())))
+		out = append(out, fmt.Sprintf("the legacy client Service %s is kept but no longer managed; clients should move to %s", l.ClientService(), manifest.ClientServiceName(l.Name())))
 	}
 	switch auth := l.Spec.Security != nil && l.Spec.Security.EnableAuth; {
 	case auth:
@@ -121,7 +121,7 @@ func standingRisks(lv *Live) []string {
 	}
 	for _, m := range lv.Members {
 		if strings.HasPrefix(m.PeerURL, "https://") && !l.peerSecretOn() {
-			out = append(out, "SECURITY: the peer plane runs etcd's --peer-auto-tls (encrypted, not authenticated: any Pod that reaches port 2380 can join the peer traffic); the adopted cluster and its new members keep it (annotation "+build.AnnotationPeerAutoTLS+")")
+			out = append(out, "SECURITY: the peer plane runs etcd's --peer-auto-tls (encrypted, not authenticated: any Pod that reaches port 2380 can join the peer traffic); the adopted cluster and its new members keep it (annotation "+manifest.AnnotationPeerAutoTLS+")")
 			break
 		}
 	}
@@ -258,9 +258,9 @@ func memberPodLabels(have map[string]string, cluster, member string, voter bool)
 	if out == nil {
 		out = map[string]string{}
 	}
-	maps.Copy(out, build.MemberLabels(cluster, member))
+	maps.Copy(out, manifest.MemberLabels(cluster, member))
 	if voter {
-		out[build.LabelRole] = build.RoleVoter
+		out[manifest.LabelRole] = manifest.RoleVoter
 	}
 	return out
 }

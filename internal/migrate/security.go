@@ -15,7 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // The legacy operator keeps certificates and the CAs that check them in
@@ -103,7 +103,7 @@ func (lv *Live) readTLS(ctx context.Context, c client.Client) error {
 		lv.checkServer(m)
 	}
 	if spec.ClientTrustedCASecret != "" {
-		m.clientCAs = lv.cas(m, spec.ClientTrustedCASecret, "spec.security.tls.clientTrustedCASecret", build.KeyCA)
+		m.clientCAs = lv.cas(m, spec.ClientTrustedCASecret, "spec.security.tls.clientTrustedCASecret", manifest.KeyCA)
 		if len(m.clientCAs) == 0 {
 			lv.refuse("Secret %s (spec.security.tls.clientTrustedCASecret) has no CA certificate in ca.crt", spec.ClientTrustedCASecret)
 		}
@@ -144,17 +144,17 @@ func (lv *Live) checkServer(m *material) {
 		return
 	}
 	var candidates []*x509.Certificate
-	for _, c := range lv.cas(m, spec.ServerSecret, "spec.security.tls.serverSecret", build.KeyCA) {
+	for _, c := range lv.cas(m, spec.ServerSecret, "spec.security.tls.serverSecret", manifest.KeyCA) {
 		candidates = appendCert(candidates, c)
 	}
 	if spec.ServerTrustedCASecret != "" {
 		// The legacy operator read this CA from tls.crt; ca.crt is the usual key.
-		for _, c := range lv.cas(m, spec.ServerTrustedCASecret, "spec.security.tls.serverTrustedCASecret", build.KeyCA, build.KeyCert) {
+		for _, c := range lv.cas(m, spec.ServerTrustedCASecret, "spec.security.tls.serverTrustedCASecret", manifest.KeyCA, manifest.KeyCert) {
 			candidates = appendCert(candidates, c)
 		}
 	}
 	if spec.ClientTrustedCASecret != "" {
-		for _, c := range lv.cas(m, spec.ClientTrustedCASecret, "spec.security.tls.clientTrustedCASecret", build.KeyCA) {
+		for _, c := range lv.cas(m, spec.ClientTrustedCASecret, "spec.security.tls.clientTrustedCASecret", manifest.KeyCA) {
 			candidates = appendCert(candidates, c)
 		}
 	}
@@ -188,7 +188,7 @@ func (lv *Live) checkOperatorCert(m *material) {
 	if !ok {
 		return
 	}
-	pair, err := tls.X509KeyPair(m.secrets[spec.ClientSecret].Data[build.KeyCert], m.secrets[spec.ClientSecret].Data[build.KeyKey])
+	pair, err := tls.X509KeyPair(m.secrets[spec.ClientSecret].Data[manifest.KeyCert], m.secrets[spec.ClientSecret].Data[manifest.KeyKey])
 	if err != nil {
 		lv.refuse("Secret %s (spec.security.tls.clientSecret): %v", spec.ClientSecret, err)
 		return
@@ -210,9 +210,9 @@ func (lv *Live) checkPeer(m *material) {
 		return
 	}
 	if spec.PeerTrustedCASecret != "" {
-		m.peerCAs = lv.cas(m, spec.PeerTrustedCASecret, "spec.security.tls.peerTrustedCASecret", build.KeyCA)
+		m.peerCAs = lv.cas(m, spec.PeerTrustedCASecret, "spec.security.tls.peerTrustedCASecret", manifest.KeyCA)
 	} else {
-		m.peerCAs = lv.cas(m, spec.PeerSecret, "spec.security.tls.peerSecret", build.KeyCA)
+		m.peerCAs = lv.cas(m, spec.PeerSecret, "spec.security.tls.peerSecret", manifest.KeyCA)
 	}
 	if len(m.peerCAs) == 0 {
 		lv.refuse("no peer CA: neither spec.security.tls.peerTrustedCASecret nor ca.crt of Secret %s holds one", spec.PeerSecret)
@@ -230,7 +230,7 @@ func (lv *Live) checkPeer(m *material) {
 // chain, and whether both are usable.
 func (lv *Live) keyPair(m *material, secret, field string) (*x509.Certificate, []*x509.Certificate, bool) {
 	s := m.secrets[secret]
-	certs, err := parseCerts(s.Data[build.KeyCert])
+	certs, err := parseCerts(s.Data[manifest.KeyCert])
 	if err == nil && len(certs) == 0 {
 		err = errors.New("no certificate")
 	}
@@ -238,7 +238,7 @@ func (lv *Live) keyPair(m *material, secret, field string) (*x509.Certificate, [
 		lv.refuse("Secret %s (%s), tls.crt: %v", secret, field, err)
 		return nil, nil, false
 	}
-	if _, err := tls.X509KeyPair(s.Data[build.KeyCert], s.Data[build.KeyKey]); err != nil {
+	if _, err := tls.X509KeyPair(s.Data[manifest.KeyCert], s.Data[manifest.KeyKey]); err != nil {
 		lv.refuse("Secret %s (%s): tls.crt and tls.key are not a key pair: %v", secret, field, err)
 		return nil, nil, false
 	}
@@ -295,7 +295,7 @@ func (lv *Live) caChanges() []caChange {
 	add(spec.PeerSecret, m.peerCAs, "the peer CA, from spec.security.tls.peerTrustedCASecret "+spec.PeerTrustedCASecret)
 	var out []caChange
 	for _, secret := range sortedKeys(want) {
-		have, _ := parseCerts(m.secrets[secret].Data[build.KeyCA])
+		have, _ := parseCerts(m.secrets[secret].Data[manifest.KeyCA])
 		for _, c := range want[secret] {
 			if !containsCert(have, c.CA) {
 				out = append(out, c)
@@ -321,8 +321,8 @@ func (lv *Live) tlsRisks() []string {
 		if leaf, chain, err := leafOf(m.secrets[s]); err == nil && verify(leaf, chain, m.serverRoots, probe, x509.ExtKeyUsageServerAuth) != nil {
 			out = append(out, fmt.Sprintf("CERTIFICATES: the server certificate in Secret %s does not name %s: members the operator adds (scaling up, replacing a member) live under the Service %s and will not serve a client that verifies their name; the operator cannot reach them either. Re-issue it with that name before scaling up", s, wildcard, l.Name()))
 		}
-		if leaf, chain, err := leafOf(m.secrets[s]); err == nil && verify(leaf, chain, m.serverRoots, build.ClientServiceName(l.Name())+"."+l.Namespace()+".svc", x509.ExtKeyUsageServerAuth) != nil {
-			out = append(out, fmt.Sprintf("the server certificate in Secret %s does not name the client Service %s.%s.svc: clients that move to it and verify names will refuse it", s, build.ClientServiceName(l.Name()), l.Namespace()))
+		if leaf, chain, err := leafOf(m.secrets[s]); err == nil && verify(leaf, chain, m.serverRoots, manifest.ClientServiceName(l.Name())+"."+l.Namespace()+".svc", x509.ExtKeyUsageServerAuth) != nil {
+			out = append(out, fmt.Sprintf("the server certificate in Secret %s does not name the client Service %s.%s.svc: clients that move to it and verify names will refuse it", s, manifest.ClientServiceName(l.Name()), l.Namespace()))
 		}
 	}
 	if s := m.spec.PeerSecret; s != "" && len(m.peerCAs) > 0 {
@@ -344,7 +344,7 @@ func (lv *Live) tlsRisks() []string {
 }
 
 func leafOf(s *corev1.Secret) (*x509.Certificate, []*x509.Certificate, error) {
-	certs, err := parseCerts(s.Data[build.KeyCert])
+	certs, err := parseCerts(s.Data[manifest.KeyCert])
 	if err != nil {
 		return nil, nil, err
 	}

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Dropped is a legacy field the new API cannot carry, and why.
@@ -52,7 +52,7 @@ type LiveFacts struct {
 // MigratedFromAnnotation on an adopted EtcdCluster names the UID of the
 // legacy cluster it was made from; a re-run of the tool recognises its own
 // work by it, and refuses a cluster of that name it did not make.
-const MigratedFromAnnotation = build.Prefix + "migrated-from"
+const MigratedFromAnnotation = manifest.Prefix + "migrated-from"
 
 var semver = regexp.MustCompile(`^\d+\.\d+\.\d+$`)
 
@@ -71,7 +71,7 @@ func Translate(l *Legacy, live LiveFacts, version string) *Translation {
 	}
 	t.Cluster = c
 	if live.PeerTLS && !l.peerSecretOn() {
-		c.Annotations[build.AnnotationPeerAutoTLS] = "true"
+		c.Annotations[manifest.AnnotationPeerAutoTLS] = "true"
 	}
 	if r := l.Spec.Replicas; r != nil && *r != live.Members {
 		t.Risks = append(t.Risks, fmt.Sprintf("spec.replicas is %d but etcd has %d members: the new cluster starts at %d", *r, live.Members, live.Members))
@@ -104,8 +104,8 @@ func (t *Translation) version(live LiveFacts, override string) {
 		t.Refusals = append(t.Refusals, fmt.Sprintf("the etcd image %s has no X.Y.Z tag; pass --version", image))
 	}
 	t.Cluster.Spec.Version = v
-	if repo != build.DefaultEtcdRepository {
-		t.Risks = append(t.Risks, fmt.Sprintf("the members run %s; Pods the operator creates or restarts use the operator's etcd repository (%s unless --etcd-repository says otherwise)", repo, build.DefaultEtcdRepository))
+	if repo != manifest.DefaultEtcdRepository {
+		t.Risks = append(t.Risks, fmt.Sprintf("the members run %s; Pods the operator creates or restarts use the operator's etcd repository (%s unless --etcd-repository says otherwise)", repo, manifest.DefaultEtcdRepository))
 	}
 }
 
@@ -308,7 +308,7 @@ func (t *Translation) rest(l *Legacy) {
 		switch k {
 		case "replicas", "options", "podTemplate", "storage", "security":
 		case "serviceTemplate":
-			t.drop("spec.serviceTemplate", fmt.Sprintf("the operator runs its own client Service %s; the legacy name %s only decides which Service is retired", build.ClientServiceName(l.Name()), l.ClientService()))
+			t.drop("spec.serviceTemplate", fmt.Sprintf("the operator runs its own client Service %s; the legacy name %s only decides which Service is retired", manifest.ClientServiceName(l.Name()), l.ClientService()))
 		case "headlessServiceTemplate":
 			t.drop("spec.headlessServiceTemplate", fmt.Sprintf("only its name (%s) is kept: the adopted members' peer URLs live under it", l.HeadlessService()))
 		case "podDisruptionBudgetTemplate":

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // legacy builds a legacy cluster "db" in "ns" with a claim template of 1Gi,
@@ -174,13 +174,13 @@ func checkSecurity(t *testing.T, tr *Translation) {
 	if tl.Client.ServerSecretRef.Name != "server" || tl.Client.OperatorClientSecretRef.Name != "op" || tl.Peer.SecretRef.Name != "peer" {
 		t.Errorf("tls refs %+v %+v", tl.Client, tl.Peer)
 	}
-	if c.Annotations[build.AnnotationPeerAutoTLS] != "" {
+	if c.Annotations[manifest.AnnotationPeerAutoTLS] != "" {
 		t.Errorf("peer auto-TLS kept although the peers have a certificate")
 	}
-	if !build.AuthWanted(c) || c.Spec.Auth.RootCredentialsSecretRef.Name != "db-root-credentials" {
+	if !manifest.AuthWanted(c) || c.Spec.Auth.RootCredentialsSecretRef.Name != "db-root-credentials" {
 		t.Errorf("auth %+v", c.Spec.Auth)
 	}
-	mt := build.MemberTLSOf(c)
+	mt := manifest.MemberTLSOf(c)
 	if mt.PeerAutoTLS || !mt.ClientMTLS || mt.PeerSecretRef.Name != "peer" || mt.ClientServerSecretRef.Name != "server" {
 		t.Errorf("member TLS %+v", mt)
 	}
@@ -216,7 +216,7 @@ func checkPlain(t *testing.T, tr *Translation) {
 	if o == nil || *o.QuotaBackendBytes != 1020054732 || *o.SnapshotCount != 20000 || o.AutoCompactionRetention != "5m" {
 		t.Errorf("options %+v (the last --snapshot-count wins, as in etcd)", o)
 	}
-	if tr.Cluster.Annotations[build.AnnotationPeerAutoTLS] != "true" || tr.Cluster.Annotations[MigratedFromAnnotation] != "legacy-uid" {
+	if tr.Cluster.Annotations[manifest.AnnotationPeerAutoTLS] != "true" || tr.Cluster.Annotations[MigratedFromAnnotation] != "legacy-uid" {
 		t.Errorf("annotations %v", tr.Cluster.Annotations)
 	}
 }
@@ -262,7 +262,7 @@ func TestPlanMembers(t *testing.T) {
 		t.Fatalf("refusals %v", p.Refusals())
 	}
 	for i, want := range []string{"0", "0", "1000"} {
-		if got := p.Members[i].Annotations[build.AnnotationRunAsUser]; got != want {
+		if got := p.Members[i].Annotations[manifest.AnnotationRunAsUser]; got != want {
 			t.Errorf("member %s runs as %q, its legacy Pod ran as %s", p.Members[i].Name, got, want)
 		}
 	}
@@ -280,11 +280,11 @@ func TestPlanMembers(t *testing.T) {
 
 func checkAdoptedMember(t *testing.T, m *v1alpha2.EtcdMember, lm LiveMember, target *v1alpha2.ObservedClusterSpec) {
 	t.Helper()
-	if m.Name != lm.Name || m.Spec.ServiceName != "db-headless" || build.MemberDataDir(m) != "/var/lib/etcd/default.etcd" {
-		t.Errorf("member %s: service %s, data dir %s", m.Name, m.Spec.ServiceName, build.MemberDataDir(m))
+	if m.Name != lm.Name || m.Spec.ServiceName != "db-headless" || manifest.MemberDataDir(m) != "/var/lib/etcd/default.etcd" {
+		t.Errorf("member %s: service %s, data dir %s", m.Name, m.Spec.ServiceName, manifest.MemberDataDir(m))
 	}
-	if build.PeerURL(m) != lm.PeerURL {
-		t.Errorf("member %s renders peer URL %s, etcd knows %s", m.Name, build.PeerURL(m), lm.PeerURL)
+	if manifest.PeerURL(m) != lm.PeerURL {
+		t.Errorf("member %s renders peer URL %s, etcd knows %s", m.Name, manifest.PeerURL(m), lm.PeerURL)
 	}
 	if m.Status.MemberID != etcd.FormatID(lm.ID) || !m.Status.IsVoter || m.Status.PodUID != "uid-"+m.Name || m.Status.PVCName != "data-"+m.Name {
 		t.Errorf("member %s status %+v", m.Name, m.Status)
@@ -292,7 +292,7 @@ func checkAdoptedMember(t *testing.T, m *v1alpha2.EtcdMember, lm LiveMember, tar
 	if m.Spec.InitialCluster == "" || m.Spec.ClusterToken != "db-ns" || m.Spec.Bootstrap {
 		t.Errorf("member %s spec %+v", m.Name, m.Spec)
 	}
-	if !build.UpToDate(m, target) {
+	if !manifest.UpToDate(m, target) {
 		t.Errorf("member %s is not up to date with the target: the operator would restart it", m.Name)
 	}
 	if m.Spec.TLS == nil || !m.Spec.TLS.PeerAutoTLS {

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // testCA signs certificates the way a cert-manager CA Issuer would, from
@@ -93,9 +93,9 @@ func (ca *testCA) issue(t *testing.T, cert *unstructured.Unstructured) *corev1.S
 		ObjectMeta: metav1.ObjectMeta{Namespace: cert.GetNamespace(), Name: spec("secretName")},
 		Type:       corev1.SecretTypeTLS,
 		Data: map[string][]byte{
-			build.KeyCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			build.KeyKey:  pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
-			build.KeyCA:   ca.certPEM,
+			manifest.KeyCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+			manifest.KeyKey:  pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}),
+			manifest.KeyCA:   ca.certPEM,
 		},
 	}
 }
@@ -108,7 +108,7 @@ func (ca *testCA) checkServes(t *testing.T, ns, secret string, names ...string) 
 	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: secret}, s); err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode(s.Data[build.KeyCert])
+	block, _ := pem.Decode(s.Data[manifest.KeyCert])
 	if block == nil {
 		t.Fatalf("Secret %s holds no certificate", secret)
 	}

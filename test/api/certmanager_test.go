@@ -29,12 +29,12 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
 
@@ -81,7 +81,7 @@ func TestCertManagerInstalledAfterTheOperator(t *testing.T) {
 	// (b) cert-manager's CRDs appear; the same operator creates the
 	// Certificates at its next look.
 	installCRDs(t, crdDir)
-	want, err := build.Certificates(getCluster(t, ns, "secure"), testDomain)
+	want, err := manifest.Certificates(getCluster(t, ns, "secure"), testDomain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,8 +109,8 @@ func TestCertManagerInstalledAfterTheOperator(t *testing.T) {
 	}
 	op.waitFor(t, "secure's seed has a Pod", 30*time.Second, func() error { return podsOf(ns, "secure", 1) })
 	seed := membersOf(t, ns, "secure")[0]
-	ca.checkServes(t, ns, build.ServerTLSSecretName("secure"), hostOf(t, build.ClientURL(&seed)), "secure-client."+ns+".svc")
-	ca.checkServes(t, ns, build.PeerTLSSecretName("secure"), hostOf(t, build.PeerURL(&seed)), hostOf(t, build.PeerURL(&seed))+"."+testDomain)
+	ca.checkServes(t, ns, manifest.ServerTLSSecretName("secure"), hostOf(t, manifest.ClientURL(&seed)), "secure-client."+ns+".svc")
+	ca.checkServes(t, ns, manifest.PeerTLSSecretName("secure"), hostOf(t, manifest.PeerURL(&seed)), hostOf(t, manifest.PeerURL(&seed))+"."+testDomain)
 }
 
 // certManagerPoll is the operator's interval for looking for cert-manager.
@@ -228,7 +228,7 @@ func clusterReason(ns, name, typ, reason, inMessage string) error {
 func membersOf(t *testing.T, ns, cluster string) []v1alpha2.EtcdMember {
 	t.Helper()
 	list := &v1alpha2.EtcdMemberList{}
-	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: cluster}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items
@@ -237,7 +237,7 @@ func membersOf(t *testing.T, ns, cluster string) []v1alpha2.EtcdMember {
 // podsOf checks that the cluster's member Pods number exactly n.
 func podsOf(ns, cluster string, n int) error {
 	pods := &corev1.PodList{}
-	if err := k.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+	if err := k.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: cluster}); err != nil {
 		return err
 	}
 	if len(pods.Items) != n {
@@ -254,7 +254,7 @@ func childrenOf(t *testing.T, ns, cluster string) []string {
 		out = append(out, "member "+m.Name)
 	}
 	svcs := &corev1.ServiceList{}
-	if err := k.List(context.Background(), svcs, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+	if err := k.List(context.Background(), svcs, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: cluster}); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range svcs.Items {
@@ -306,7 +306,7 @@ func withoutCertManager(t *testing.T) {
 func certificatesExist(ns string, want []*unstructured.Unstructured) error {
 	for _, w := range want {
 		got := &unstructured.Unstructured{}
-		got.SetGroupVersionKind(build.CertificateGVK)
+		got.SetGroupVersionKind(manifest.CertificateGVK)
 		if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: w.GetName()}, got); err != nil {
 			return err
 		}
@@ -325,7 +325,7 @@ func checkCertificates(t *testing.T, c *v1alpha2.EtcdCluster, want []*unstructur
 	for _, w := range want {
 		names[w.GetName()] = true
 		got := &unstructured.Unstructured{}
-		got.SetGroupVersionKind(build.CertificateGVK)
+		got.SetGroupVersionKind(manifest.CertificateGVK)
 		if err := k.Get(context.Background(), client.ObjectKeyFromObject(w), got); err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +333,7 @@ func checkCertificates(t *testing.T, c *v1alpha2.EtcdCluster, want []*unstructur
 		if !equality.Semantic.DeepEqual(got.Object["spec"], w.Object["spec"]) {
 			t.Errorf("Certificate %s: the API server stored spec\n%v\nthe operator rendered\n%v", w.GetName(), got.Object["spec"], w.Object["spec"])
 		}
-		if !maps.Equal(got.GetLabels(), build.ClusterLabels(c.Name)) {
+		if !maps.Equal(got.GetLabels(), manifest.ClusterLabels(c.Name)) {
 			t.Errorf("Certificate %s: labels %v", w.GetName(), got.GetLabels())
 		}
 		if !metav1.IsControlledBy(got, c) {
@@ -345,9 +345,9 @@ func checkCertificates(t *testing.T, c *v1alpha2.EtcdCluster, want []*unstructur
 	}
 	// The label the docs suggest finds them.
 	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(build.CertificateGVK.GroupVersion().WithKind("CertificateList"))
-	if err := k.List(context.Background(), list, client.InNamespace(c.Namespace), client.MatchingLabels{build.LabelInstance: c.Name}); err != nil || len(list.Items) != 3 {
-		t.Errorf("Certificates labelled %s=%s: %d (%v)", build.LabelInstance, c.Name, len(list.Items), err)
+	list.SetGroupVersionKind(manifest.CertificateGVK.GroupVersion().WithKind("CertificateList"))
+	if err := k.List(context.Background(), list, client.InNamespace(c.Namespace), client.MatchingLabels{manifest.LabelInstance: c.Name}); err != nil || len(list.Items) != 3 {
+		t.Errorf("Certificates labelled %s=%s: %d (%v)", manifest.LabelInstance, c.Name, len(list.Items), err)
 	}
 	return out
 }

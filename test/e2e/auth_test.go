@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestAuthentication runs a server-TLS cluster with etcd authentication
@@ -103,7 +103,7 @@ func TestAuthentication(t *testing.T) {
 		t.Error("the old password still works after the change")
 	}
 	applied := &corev1.Secret{}
-	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: build.AppliedPasswordSecretName(name)}, applied); err != nil || string(applied.Data["password"]) != second {
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manifest.AppliedPasswordSecretName(name)}, applied); err != nil || string(applied.Data["password"]) != second {
 		t.Errorf("the operator's record of the password: %v", err)
 	}
 	waitReconciled(t, ns, name, 3, 2*time.Minute)

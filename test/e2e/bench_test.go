@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
 
@@ -191,10 +191,10 @@ func timeToReplace(t *testing.T, ns, name string, tmpfs bool) (float64, time.Dur
 	if tmpfs {
 		deletePod(t, ns, victim)
 	} else {
-		if err := sb.Wipe(context.Background(), ns, build.PVCName(victim)); err != nil {
+		if err := sb.Wipe(context.Background(), ns, manifest.PVCName(victim)); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.Kill(context.Background(), ns, victim, build.EtcdContainer); err != nil {
+		if err := sb.Kill(context.Background(), ns, victim, manifest.EtcdContainer); err != nil {
 			t.Fatal(err)
 		}
 		start = lostSince(t, ns, victim)
@@ -297,7 +297,7 @@ func probeCost(t *testing.T, ns string) []result {
 		before := peerBytes(t, leaderIP)
 		start := time.Now()
 		for range probes {
-			resp, err := http.Get(fmt.Sprintf("http://%s:%d%s", followerIP, build.MetricsPort, path))
+			resp, err := http.Get(fmt.Sprintf("http://%s:%d%s", followerIP, manifest.MetricsPort, path))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -308,7 +308,7 @@ func probeCost(t *testing.T, ns string) []result {
 		idle := idlePeerBytes(t, leaderIP, took)
 		return (peerBytes(t, leaderIP) - before - idle) / probes, float64(took.Milliseconds()) / probes
 	}
-	serialBytes, serialMs := ask(build.ReadinessPath)
+	serialBytes, serialMs := ask(manifest.ReadinessPath)
 	linearBytes, linearMs := ask("/health")
 	return []result{
 		row("readiness probe /health?serializable=true: leader peer bytes per probe", max(serialBytes, 0), "B", "no raft round trip (≈ 0)", 0),
@@ -321,7 +321,7 @@ func probeCost(t *testing.T, ns string) []result {
 // peerBytes sums what a member sent to its peers (etcd's own counter).
 func peerBytes(t *testing.T, ip string) float64 {
 	sum := 0.0
-	scrape(t, fmt.Sprintf("http://%s:%d/metrics", ip, build.MetricsPort), func(name string, v float64) {
+	scrape(t, fmt.Sprintf("http://%s:%d/metrics", ip, manifest.MetricsPort), func(name string, v float64) {
 		if strings.HasPrefix(name, "etcd_network_peer_sent_bytes_total") {
 			sum += v
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestBootstrap forms clusters of 1, 3 and 5 members from a single seed, and
@@ -30,7 +30,7 @@ func TestBootstrap(t *testing.T) {
 func checkBootstrapped(t *testing.T, ns, name string, n int) {
 	t.Helper()
 	c := getCluster(t, ns, name)
-	if len(c.Status.ClusterID) != 16 || c.Status.Selector != build.SelectorString(name) {
+	if len(c.Status.ClusterID) != 16 || c.Status.Selector != manifest.SelectorString(name) {
 		t.Errorf("status: clusterID=%q selector=%q", c.Status.ClusterID, c.Status.Selector)
 	}
 	seeds := 0
@@ -46,7 +46,7 @@ func checkBootstrapped(t *testing.T, ns, name string, n int) {
 		t.Errorf("%d seed members, want 1", seeds)
 	}
 	for _, p := range pods(t, ns, name) {
-		if p.Labels[build.LabelRole] != build.RoleVoter {
+		if p.Labels[manifest.LabelRole] != manifest.RoleVoter {
 			t.Errorf("pod %s lacks the voter label the budget selects on", p.Name)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
 
@@ -145,8 +145,8 @@ func TestCertManager(t *testing.T) {
 		t.Errorf("a client with the issued certificate was refused: %v", err)
 	}
 	certs := &unstructured.UnstructuredList{}
-	certs.SetGroupVersionKind(build.CertificateGVK.GroupVersion().WithKind("CertificateList"))
-	if err := k.List(context.Background(), certs, client.InNamespace(ns), client.MatchingLabels{build.LabelInstance: name}); err != nil || len(certs.Items) != 3 {
+	certs.SetGroupVersionKind(manifest.CertificateGVK.GroupVersion().WithKind("CertificateList"))
+	if err := k.List(context.Background(), certs, client.InNamespace(ns), client.MatchingLabels{manifest.LabelInstance: name}); err != nil || len(certs.Items) != 3 {
 		t.Errorf("Certificates labelled for %s: %d (err %v), want 3", name, len(certs.Items), err)
 	}
 }
@@ -240,7 +240,7 @@ func renewCertificate(t *testing.T, ns, name, duration string) {
 	key := client.ObjectKey{Namespace: ns, Name: name}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(build.CertificateGVK)
+		u.SetGroupVersionKind(manifest.CertificateGVK)
 		if err := k.Get(ctx, key, u); err != nil {
 			return err
 		}
@@ -257,7 +257,7 @@ func renewCertificate(t *testing.T, ns, name, duration string) {
 	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(build.CertificateGVK)
+		u.SetGroupVersionKind(manifest.CertificateGVK)
 		if err := k.Get(ctx, key, u); err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestDeletedClaimReplacesMember deletes a running member's claim and then
@@ -26,7 +26,7 @@ func TestDeletedClaimReplacesMember(t *testing.T) {
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
 	w := startWriter(t, ns, name)
 	victim := members(t, ns, name)[1].Name
-	claim := build.PVCName(victim)
+	claim := manifest.PVCName(victim)
 	ctx := context.Background()
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc); err != nil {

@@ -16,7 +16,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestClientServiceServesVotersOnly scales 3 → 5 → 3 while a client talks to
@@ -31,7 +31,7 @@ func TestClientServiceServesVotersOnly(t *testing.T) {
 	newCluster(t, ns, name, 3)
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
 	svc := &corev1.Service{}
-	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: build.ClientServiceName(name)}, svc); err != nil {
+	if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manifest.ClientServiceName(name)}, svc); err != nil {
 		t.Fatal(err)
 	}
 	through := net.JoinHostPort(svc.Spec.ClusterIP, "2379")
@@ -136,7 +136,7 @@ func (c *serviceClient) halt() {
 func learnerEndpoint(ns, name string) string {
 	slices := &discoveryv1.EndpointSliceList{}
 	if err := k.List(context.Background(), slices, client.InNamespace(ns),
-		client.MatchingLabels{discoveryv1.LabelServiceName: build.ClientServiceName(name)}); err != nil {
+		client.MatchingLabels{discoveryv1.LabelServiceName: manifest.ClientServiceName(name)}); err != nil {
 		return ""
 	}
 	pods, err := clusterPods(ns, name)

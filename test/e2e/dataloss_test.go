@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestDataDirLossReplaced empties the volume of a member and restarts it, then
@@ -27,10 +27,10 @@ func TestDataDirLossReplaced(t *testing.T) {
 		ctx := context.Background()
 		lost, back := fmt.Sprintf("lost %d", i), fmt.Sprintf("replaced %d", i)
 		w.mark(lost)
-		if err := sb.Wipe(ctx, ns, build.PVCName(victim)); err != nil {
+		if err := sb.Wipe(ctx, ns, manifest.PVCName(victim)); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.Kill(ctx, ns, victim, build.EtcdContainer); err != nil {
+		if err := sb.Kill(ctx, ns, victim, manifest.EtcdContainer); err != nil {
 			t.Fatal(err)
 		}
 		waitReplaced(t, ns, name, victim, 3, 3*time.Minute)

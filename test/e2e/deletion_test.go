@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestDeletionLeavesNothing deletes a running cluster: members (despite their
@@ -29,7 +29,7 @@ func TestDeletionLeavesNothing(t *testing.T) {
 	if err := k.Delete(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	sel := client.MatchingLabels{build.LabelCluster: name}
+	sel := client.MatchingLabels{manifest.LabelCluster: name}
 	eventually(t, 2*time.Minute, "everything of the cluster gone", func() (bool, string) {
 		left := map[string]int{}
 		count := func(kind string, list client.ObjectList) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestDrainKeepsQuorum drains the node of every member in turn with kubectl:
@@ -31,7 +31,7 @@ func TestDrainKeepsQuorum(t *testing.T) {
 	for _, m := range members(t, ns, name) {
 		node := pods(t, ns, name)[m.Name].Spec.NodeName
 		out, err := kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=4m",
-			"--pod-selector", build.LabelCluster+"="+name)
+			"--pod-selector", manifest.LabelCluster+"="+name)
 		if err != nil {
 			t.Fatalf("kubectl drain %s: %v\n%s", node, err, out)
 		}
@@ -61,7 +61,7 @@ func watchReadyVoters(t *testing.T, ns, name string, fewest *atomic.Int32) func(
 	return every(100*time.Millisecond, func() {
 		n := int32(0)
 		for _, p := range pods(t, ns, name) {
-			if p.Labels[build.LabelRole] == build.RoleVoter && podIsReady(p.Status.Conditions) && p.DeletionTimestamp == nil {
+			if p.Labels[manifest.LabelRole] == manifest.RoleVoter && podIsReady(p.Status.Conditions) && p.DeletionTimestamp == nil {
 				n++
 			}
 		}

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // namespace creates the suite's namespace and, when the test fails, dumps
@@ -158,7 +158,7 @@ func getCluster(t *testing.T, ns, name string) *v1alpha2.EtcdCluster {
 func members(t *testing.T, ns, cluster string) []v1alpha2.EtcdMember {
 	t.Helper()
 	list := &v1alpha2.EtcdMemberList{}
-	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: cluster}); err != nil {
 		t.Fatal(err)
 	}
 	slices.SortFunc(list.Items, func(a, b v1alpha2.EtcdMember) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
@@ -212,7 +212,7 @@ func etcdMatchesMembers(t *testing.T, ns, name string) error {
 	var want []string
 	for _, m := range members(t, ns, name) {
 		if m.DeletionTimestamp == nil && !m.Spec.Dormant {
-			want = append(want, build.PeerURL(&m))
+			want = append(want, manifest.PeerURL(&m))
 		}
 	}
 	var got []string
@@ -234,7 +234,7 @@ func etcdMatchesMembers(t *testing.T, ns, name string) error {
 func pods(t *testing.T, ns, cluster string) map[string]corev1.Pod {
 	t.Helper()
 	list := &corev1.PodList{}
-	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: cluster}); err != nil {
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: cluster}); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]corev1.Pod{}

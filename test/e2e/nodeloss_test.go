@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // spreadAwayFromOperator keeps members on distinct nodes and off the node the
@@ -30,7 +30,7 @@ func spreadAwayFromOperator(t *testing.T, name string) func(*v1alpha2.EtcdCluste
 func oneMemberPerNode(cluster string) *corev1.Affinity {
 	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 		TopologyKey:   corev1.LabelHostname,
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{build.LabelCluster: cluster}},
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{manifest.LabelCluster: cluster}},
 	}}}}
 }
 

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // scheduleNS is served by an operator of its own, which the suite stops
@@ -134,7 +134,7 @@ func restartAcrossSlots(t *testing.T, ns, name string) {
 	var missed []string
 	var slot time.Time
 	for _, s := range made {
-		at, _ := time.Parse(time.RFC3339, s.Annotations[build.AnnotationScheduledAt])
+		at, _ := time.Parse(time.RFC3339, s.Annotations[manifest.AnnotationScheduledAt])
 		if !at.After(firstPass) {
 			missed, slot = append(missed, s.Name+"@"+at.Format(time.TimeOnly)), at
 		}
@@ -213,7 +213,7 @@ func getSchedule(t *testing.T, ns, name string) *v1alpha2.EtcdSnapshotSchedule {
 func scheduleSnapshots(t *testing.T, ns, name string) []v1alpha2.EtcdSnapshot {
 	t.Helper()
 	list := &v1alpha2.EtcdSnapshotList{}
-	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelSchedule: name}); err != nil {
+	if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{manifest.LabelSchedule: name}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items

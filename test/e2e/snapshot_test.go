@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestSnapshotAndRestore writes 10,000 keys into a cluster of 3, snapshots it
@@ -49,10 +49,10 @@ func TestSnapshotAndRestore(t *testing.T) {
 	if sum := sha256.Sum256(stored); "sha256:"+hex.EncodeToString(sum[:]) != toS3.Status.Artifact.Checksum || int64(len(stored)) != toS3.Status.Artifact.SizeBytes {
 		t.Errorf("the object in MinIO (%d bytes, %x) is not what status.artifact says (%+v)", len(stored), sum, toS3.Status.Artifact)
 	}
-	if jobs, _ := kubectl("-n", ns, "get", "jobs", "-l", build.LabelSnapshot+"=to-s3", "-o", "name"); strings.TrimSpace(jobs) != "" {
+	if jobs, _ := kubectl("-n", ns, "get", "jobs", "-l", manifest.LabelSnapshot+"=to-s3", "-o", "name"); strings.TrimSpace(jobs) != "" {
 		// Deleted once the result is recorded; wait for the garbage collector.
 		eventually(t, time.Minute, "the finished Job deleted", func() (bool, string) {
-			out, _ := kubectl("-n", ns, "get", "jobs", "-l", build.LabelSnapshot+"=to-s3", "-o", "name")
+			out, _ := kubectl("-n", ns, "get", "jobs", "-l", manifest.LabelSnapshot+"=to-s3", "-o", "name")
 			return strings.TrimSpace(out) == "", out
 		})
 	}
@@ -174,11 +174,11 @@ func testCorruptedRestore(t *testing.T, ns string, good *v1alpha2.EtcdSnapshot) 
 		t.Fatal(err)
 	}
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == build.EtcdContainer && (cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0) {
+		if cs.Name == manifest.EtcdContainer && (cs.State.Running != nil || cs.State.Terminated != nil || cs.RestartCount > 0) {
 			t.Errorf("etcd started although the restore failed: %+v", cs.State)
 		}
 	}
-	if entries, err := os.ReadDir(claimPath(t, ns, build.PVCName(seed.Name))); err != nil || len(entries) != 0 {
+	if entries, err := os.ReadDir(claimPath(t, ns, manifest.PVCName(seed.Name))); err != nil || len(entries) != 0 {
 		t.Errorf("the seed's data directory holds %v (%v), want nothing", entries, err)
 	}
 	if n := len(members(t, ns, name)); n != 1 {

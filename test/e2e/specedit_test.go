@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestSpecEditMidScaleWaitsForTheBoundary edits replicas while a scale is
@@ -59,7 +59,7 @@ func TestSpecEditMidScaleWaitsForTheBoundary(t *testing.T) {
 func watchMembers(t *testing.T, ns, name string, most *atomic.Int32) func() {
 	return every(200*time.Millisecond, func() {
 		list := &v1alpha2.EtcdMemberList{}
-		if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{build.LabelCluster: name}); err != nil {
+		if err := k.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: name}); err != nil {
 			return
 		}
 		if n := int32(len(list.Items)); n > most.Load() {

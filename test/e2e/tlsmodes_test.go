@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // TestTLSModes runs, side by side and each with a writer, a cluster in each
@@ -117,8 +117,8 @@ func TestTLSModes(t *testing.T) {
 		}
 	}
 	certs := &unstructured.UnstructuredList{}
-	certs.SetGroupVersionKind(build.CertificateGVK.GroupVersion().WithKind("CertificateList"))
-	if err := k.List(context.Background(), certs, client.InNamespace(ns), client.MatchingLabels{build.LabelInstance: selfSigned}); err != nil || len(certs.Items) != 2 {
+	certs.SetGroupVersionKind(manifest.CertificateGVK.GroupVersion().WithKind("CertificateList"))
+	if err := k.List(context.Background(), certs, client.InNamespace(ns), client.MatchingLabels{manifest.LabelInstance: selfSigned}); err != nil || len(certs.Items) != 2 {
 		t.Errorf("Certificates labelled for %s: %d (err %v), want 2 (server, peer)", selfSigned, len(certs.Items), err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // upgradePath is every minor the toolchain has, from the oldest.
@@ -144,7 +144,7 @@ func TestSettingsRollOut(t *testing.T) {
 	}
 	for _, m := range members(t, ns, name) {
 		pvc := &corev1.PersistentVolumeClaim{}
-		if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: build.PVCName(m.Name)}, pvc); err != nil {
+		if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manifest.PVCName(m.Name)}, pvc); err != nil {
 			t.Fatal(err)
 		}
 		if got := pvc.Status.Capacity[corev1.ResourceStorage]; got.Cmp(resource.MustParse("2Gi")) < 0 {

@@ -19,8 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // writer writes keys to a cluster without pause while a scenario runs, and
@@ -279,7 +279,7 @@ var clientPassword sync.Map
 // writer's goroutine.
 func clusterPods(ns, cluster string) (map[string]corev1.Pod, error) {
 	list := &corev1.PodList{}
-	selector := client.MatchingLabels{build.LabelCluster: cluster}
+	selector := client.MatchingLabels{manifest.LabelCluster: cluster}
 	if v, ok := podSelectors.Load(ns + "/" + cluster); ok {
 		selector = v.(client.MatchingLabels)
 	}
@@ -311,7 +311,7 @@ func podEndpoints(ns, cluster string) ([]string, error) {
 	_, auth := clientPassword.Load(ns + "/" + cluster)
 	var out []string
 	for _, p := range pods {
-		if auth && p.Labels[build.LabelRole] != build.RoleVoter {
+		if auth && p.Labels[manifest.LabelRole] != manifest.RoleVoter {
 			continue
 		}
 		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {

@@ -1,10 +1,10 @@
 // Package agentenv names the environment the agents read: the contract
-// between the Jobs and init containers the operator renders (package build)
+// between the Jobs and init containers the operator renders (package manifest)
 // and the agents that run in them (package agent).
 package agentenv
 
 // Environment variables of the agents. The snapshot Job and the restore init
-// containers set them (internal/build); the names follow the reference
+// containers set them (internal/manifest); the names follow the reference
 // operator's where it has one.
 const (
 	EnvEndpoints    = "ETCD_ENDPOINTS"

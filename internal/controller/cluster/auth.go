@@ -11,17 +11,17 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Authentication: once the cluster has converged, the operator creates etcd's
 // root user with the password of the user's basic-auth Secret, turns
 // authentication on and latches status.authEnabled; from then on every dial
 // logs in as root. The password etcd has is recorded in the operator's own
-// Secret (build.AppliedPasswordSecretName) before it is set, so a changed
+// Secret (manifest.AppliedPasswordSecretName) before it is set, so a changed
 // user Secret is applied by logging in with the recorded one, and a crash at
 // any point leaves a password that works: between enabling and latching,
 // etcd's AuthStatus says it is on; between changing the password and
@@ -35,7 +35,7 @@ const retryAuth = 10 * time.Second
 // already has on, and brings etcd's root password to the user's Secret.
 func (r *Reconciler) authLatch(ctx context.Context, w *world) (*ctrl.Result, error) {
 	c := w.cluster
-	if !build.AuthWanted(c) || c.Status.ClusterID == "" || len(w.endpoints()) == 0 {
+	if !manifest.AuthWanted(c) || c.Status.ClusterID == "" || len(w.endpoints()) == 0 {
 		return nil, nil
 	}
 	if c.Status.AuthEnabled {
@@ -66,7 +66,7 @@ func (r *Reconciler) authLatch(ctx context.Context, w *world) (*ctrl.Result, err
 // enableAuth turns authentication on once the cluster reached its target.
 func (r *Reconciler) enableAuth(ctx context.Context, w *world) (*ctrl.Result, error) {
 	c := w.cluster
-	if !build.AuthWanted(c) || c.Status.AuthEnabled || c.Status.ClusterID == "" || w.desired() == 0 || !targetReached(w) {
+	if !manifest.AuthWanted(c) || c.Status.AuthEnabled || c.Status.ClusterID == "" || w.desired() == 0 || !targetReached(w) {
 		return nil, nil
 	}
 	wanted, err := etcdconn.WantedPassword(ctx, r.APIReader, c)
@@ -121,7 +121,7 @@ func (r *Reconciler) syncPassword(ctx context.Context, w *world) (*ctrl.Result, 
 	case errors.Is(err, etcd.ErrAuthFailed):
 		w.authProblem = &progress{conditions.ReasonAuthCredentialsRejected, fmt.Sprintf(
 			"etcd accepts neither the root password the operator applied last (Secret %s) nor the one in Secret %s: "+
-				"put the password etcd has into Secret %s", build.AppliedPasswordSecretName(c.Name), c.Spec.Auth.RootCredentialsSecretRef.Name,
+				"put the password etcd has into Secret %s", manifest.AppliedPasswordSecretName(c.Name), c.Spec.Auth.RootCredentialsSecretRef.Name,
 			c.Spec.Auth.RootCredentialsSecretRef.Name)}
 		r.warnOnce(w, conditions.ReasonAuthCredentialsRejected, "ChangePassword", w.authProblem.message)
 		return done(), nil
@@ -142,7 +142,7 @@ func (r *Reconciler) passwordWorks(ctx context.Context, w *world, password strin
 	if err != nil {
 		return false
 	}
-	cfg.Username, cfg.Password = build.RootUser, password
+	cfg.Username, cfg.Password = manifest.RootUser, password
 	cl, err := r.Dial(ctx, cfg)
 	if err != nil {
 		return false
@@ -157,7 +157,7 @@ func (r *Reconciler) passwordWorks(ctx context.Context, w *world, password strin
 // recordPassword writes the password etcd has (or is about to have) into
 // the operator's Secret.
 func (r *Reconciler) recordPassword(ctx context.Context, w *world, password string) error {
-	want := build.AppliedPasswordSecret(w.cluster, []byte(password))
+	want := manifest.AppliedPasswordSecret(w.cluster, []byte(password))
 	have := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
@@ -168,7 +168,7 @@ func (r *Reconciler) recordPassword(ctx context.Context, w *world, password stri
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading the recorded root password: %w", err)
-	case string(have.Data[build.KeyPassword]) == password:
+	case string(have.Data[manifest.KeyPassword]) == password:
 		return nil
 	}
 	have.Data = want.Data

@@ -11,9 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // bootstrap forms a new cluster from a single seed member and latches its
@@ -54,7 +54,7 @@ func (r *Reconciler) bootstrap(ctx context.Context, w *world) (*ctrl.Result, err
 // createMember creates a new member from the latched target and records the
 // expectation that the cache will show it.
 func (r *Reconciler) createMember(ctx context.Context, w *world, seed bool) (*v1alpha2.EtcdMember, error) {
-	m := build.NewMember(w.cluster, seed)
+	m := manifest.NewMember(w.cluster, seed)
 	if err := r.Client.Create(ctx, m); err != nil {
 		r.Metrics.MembershipOp(w.cluster, "create", err)
 		return nil, fmt.Errorf("creating member: %w", err)
@@ -80,7 +80,7 @@ func (r *Reconciler) completeSeed(ctx context.Context, w *world, seed *v1alpha2.
 			return nil, fmt.Errorf("recording seed %s as a voter: %w", seed.Name, err)
 		}
 	}
-	initial := build.InitialCluster(map[string]string{seed.Name: build.PeerURL(seed)})
+	initial := manifest.InitialCluster(map[string]string{seed.Name: manifest.PeerURL(seed)})
 	if err := r.setInitialCluster(ctx, seed, initial); err != nil {
 		return nil, err
 	}
@@ -169,5 +169,5 @@ func formedBySeed(list *etcd.MemberList, seed *v1alpha2.EtcdMember) bool {
 		return false
 	}
 	m := list.Members[0]
-	return m.Name == seed.Name || slices.Contains(m.PeerURLs, build.PeerURL(seed))
+	return m.Name == seed.Name || slices.Contains(m.PeerURLs, manifest.PeerURL(seed))
 }

@@ -13,8 +13,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // certManagerPoll is how often a cluster waiting for cert-manager looks
@@ -31,7 +31,7 @@ const certManagerPoll = 30 * time.Second
 // and the TLS spec it is made from cannot change (CEL). One of the same name
 // that is not the cluster's is reported and left alone.
 func (r *Reconciler) ensureCertificates(ctx context.Context, w *world) (*ctrl.Result, error) {
-	if !build.UsesCertManager(w.cluster) {
+	if !manifest.UsesCertManager(w.cluster) {
 		return nil, nil
 	}
 	served, err := r.certificatesServed()
@@ -41,7 +41,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, w *world) (*ctrl.Re
 	if !served {
 		return r.waitForCertManager(w), nil
 	}
-	want, err := build.Certificates(w.cluster, r.ClusterDomain)
+	want, err := manifest.Certificates(w.cluster, r.ClusterDomain)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (r *Reconciler) ensureCertificates(ctx context.Context, w *world) (*ctrl.Re
 // cert-manager installed after the operator started is seen at the next
 // pass, without a restart.
 func (r *Reconciler) certificatesServed() (bool, error) {
-	_, err := r.Client.RESTMapper().RESTMapping(build.CertificateGVK.GroupKind(), build.CertificateGVK.Version)
+	_, err := r.Client.RESTMapper().RESTMapping(manifest.CertificateGVK.GroupKind(), manifest.CertificateGVK.Version)
 	switch {
 	case err == nil:
 		return true, nil
@@ -81,7 +81,7 @@ func (r *Reconciler) certificatesServed() (bool, error) {
 // more).
 func (r *Reconciler) ensureCertificate(ctx context.Context, w *world, want *unstructured.Unstructured) (bool, error) {
 	have := &metav1.PartialObjectMetadata{}
-	have.SetGroupVersionKind(build.CertificateGVK)
+	have.SetGroupVersionKind(manifest.CertificateGVK)
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case err == nil:

@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // These tests run the cluster controller's passes on a fake API server that
@@ -59,7 +59,7 @@ func certTestReconciler(t *testing.T, withCertManager bool, objs ...client.Objec
 	mapper := testrestmapper.TestOnlyStaticRESTMapper(scheme)
 	if withCertManager {
 		certs := meta.NewDefaultRESTMapper(nil)
-		certs.Add(build.CertificateGVK, meta.RESTScopeNamespace)
+		certs.Add(manifest.CertificateGVK, meta.RESTScopeNamespace)
 		mapper = meta.MultiRESTMapper{mapper, certs}
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).
@@ -102,7 +102,7 @@ func reconcileN(t *testing.T, r *Reconciler, n int) ctrl.Result {
 func certificate(t *testing.T, c client.Client, name string) *unstructured.Unstructured {
 	t.Helper()
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(build.CertificateGVK)
+	u.SetGroupVersionKind(manifest.CertificateGVK)
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, u); err != nil {
 		return nil
 	}
@@ -170,7 +170,7 @@ func TestCertificatesAreCreatedOnceAndNeverChanged(t *testing.T) {
 
 func TestForeignCertificateIsReportedNotAdopted(t *testing.T) {
 	foreign := &unstructured.Unstructured{}
-	foreign.SetGroupVersionKind(build.CertificateGVK)
+	foreign.SetGroupVersionKind(manifest.CertificateGVK)
 	foreign.SetNamespace("ns")
 	foreign.SetName("db-server")
 	foreign.SetLabels(map[string]string{"owner": "someone"})

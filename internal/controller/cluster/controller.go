@@ -26,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
@@ -207,7 +207,7 @@ func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*wo
 // recorded, not an error: the members report it, and a roll-out holds.
 func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
 	for _, m := range w.running() {
-		for _, u := range build.MountedSecrets(m) {
+		for _, u := range manifest.MountedSecrets(m) {
 			sec, ok := w.secrets[u.Name]
 			if !ok {
 				sec = &corev1.Secret{}
@@ -246,9 +246,9 @@ func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
 // adopted cluster's), so any slice of the cluster's but the client Service's
 // counts.
 func clusterOfSlice(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[build.LabelCluster]
+	name := o.GetLabels()[manifest.LabelCluster]
 	svc := o.GetLabels()[discoveryv1.LabelServiceName]
-	if name == "" || svc == "" || svc == build.ClientServiceName(name) {
+	if name == "" || svc == "" || svc == manifest.ClientServiceName(name) {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}

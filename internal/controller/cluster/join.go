@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -68,7 +68,7 @@ func (r *Reconciler) addPending(ctx context.Context, w *world) (*ctrl.Result, er
 		var added *etcd.Member
 		err := r.withClient(ctx, w, nil, func(ctx context.Context, c etcd.Client) error {
 			var err error
-			added, err = c.MemberAddAsLearner(ctx, []string{build.PeerURL(m)})
+			added, err = c.MemberAddAsLearner(ctx, []string{manifest.PeerURL(m)})
 			return err
 		})
 		r.Metrics.MembershipOp(w.cluster, "add-learner", err)
@@ -88,11 +88,11 @@ func (r *Reconciler) addPending(ctx context.Context, w *world) (*ctrl.Result, er
 // prepareJoin records on a new member the membership it will join with, so
 // that its Pod starts (held by the join gate) while etcd is asked to add it.
 func (r *Reconciler) prepareJoin(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
-	if r.OperatorImage == "" || m.Annotations[build.AnnotationJoinCluster] != "" {
+	if r.OperatorImage == "" || m.Annotations[manifest.AnnotationJoinCluster] != "" {
 		return nil
 	}
 	patch := client.MergeFrom(m.DeepCopy())
-	metav1.SetMetaDataAnnotation(&m.ObjectMeta, build.AnnotationJoinCluster, joinClusterFor(w, m))
+	metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationJoinCluster, joinClusterFor(w, m))
 	if err := r.Client.Patch(ctx, m, patch); err != nil {
 		return fmt.Errorf("recording the join cluster of %s: %w", m.Name, err)
 	}
@@ -104,7 +104,7 @@ func (r *Reconciler) prepareJoin(ctx context.Context, w *world, m *v1alpha2.Etcd
 // membership that has changed since is replaced: its etcd would not find
 // the membership it was told. It halts the pass when it waits or acted.
 func (r *Reconciler) readyToAdd(ctx context.Context, w *world, m *v1alpha2.EtcdMember) (*ctrl.Result, error, bool) {
-	prepared := m.Annotations[build.AnnotationJoinCluster]
+	prepared := m.Annotations[manifest.AnnotationJoinCluster]
 	if prepared == "" || r.OperatorImage == "" {
 		return nil, nil, false
 	}
@@ -129,7 +129,7 @@ func (r *Reconciler) reachable(ctx context.Context, w *world, m *v1alpha2.EtcdMe
 		return false
 	}
 	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, slices, client.InNamespace(m.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: build.ServiceName(m)}); err != nil {
+	if err := r.Client.List(ctx, slices, client.InNamespace(m.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: manifest.ServiceName(m)}); err != nil {
 		return false
 	}
 	for _, s := range slices.Items {
@@ -154,7 +154,7 @@ func slicesContains(list []string, v string) bool {
 // joinClusterFor is the --initial-cluster a member not yet in etcd will join
 // with: etcd's membership now, and itself.
 func joinClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
-	peers := map[string]string{joining.Name: build.PeerURL(joining)}
+	peers := map[string]string{joining.Name: manifest.PeerURL(joining)}
 	for _, em := range w.etcdMembers.Members {
 		if len(em.PeerURLs) == 0 {
 			continue
@@ -167,7 +167,7 @@ func joinClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
 			peers[name] = em.PeerURLs[0]
 		}
 	}
-	return build.InitialCluster(peers)
+	return manifest.InitialCluster(peers)
 }
 
 // setInitialCluster records etcd's view of the membership on a member; from
@@ -178,7 +178,7 @@ func (r *Reconciler) setInitialCluster(ctx context.Context, m *v1alpha2.EtcdMemb
 	if m.Labels == nil {
 		m.Labels = map[string]string{}
 	}
-	m.Labels[build.LabelComponent] = m.Name
+	m.Labels[manifest.LabelComponent] = m.Name
 	if err := r.Client.Patch(ctx, m, patch); err != nil {
 		return fmt.Errorf("recording initialCluster of %s: %w", m.Name, err)
 	}
@@ -202,7 +202,7 @@ func initialClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
 			peers[name] = em.PeerURLs[0]
 		}
 	}
-	return build.InitialCluster(peers)
+	return manifest.InitialCluster(peers)
 }
 
 // promoteLearner promotes etcd's learner once its applied index has caught

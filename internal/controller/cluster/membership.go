@@ -11,10 +11,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Every change of etcd's membership is made here, by the cluster controller,
@@ -129,14 +129,14 @@ func (r *Reconciler) unreachable(w *world, err error) {
 func (r *Reconciler) authProblem(w *world, action string, err error) bool {
 	c := w.cluster
 	switch {
-	case errors.Is(err, etcd.ErrAuthRequired) && !build.AuthWanted(c):
+	case errors.Is(err, etcd.ErrAuthRequired) && !manifest.AuthWanted(c):
 		w.authProblem = &progress{conditions.ReasonAuthRequiredNotConfigured,
 			"etcd requires authentication, but spec.auth does not enable it (users were given to etcd by hand, or the cluster " +
 				"was restored from a snapshot of one with auth): the operator cannot manage it without the root password"}
 	case errors.Is(err, etcd.ErrAuthRequired) || errors.Is(err, etcd.ErrAuthFailed):
 		w.authProblem = &progress{conditions.ReasonAuthCredentialsRejected,
 			fmt.Sprintf("etcd refuses the root password the operator has (Secret %s, else Secret %s): %v",
-				build.AppliedPasswordSecretName(c.Name), c.Spec.Auth.RootCredentialsSecretRef.Name, err)}
+				manifest.AppliedPasswordSecretName(c.Name), c.Spec.Auth.RootCredentialsSecretRef.Name, err)}
 	default:
 		return false
 	}
@@ -170,7 +170,7 @@ func (r *Reconciler) status(ctx context.Context, w *world, m *v1alpha2.EtcdMembe
 	var st *etcd.Status
 	err := r.withClient(ctx, w, []*v1alpha2.EtcdMember{m}, func(ctx context.Context, c etcd.Client) error {
 		var err error
-		st, err = c.Status(ctx, build.ClientURL(m))
+		st, err = c.Status(ctx, manifest.ClientURL(m))
 		return err
 	})
 	return st, err

@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // reconcilePDB keeps a PodDisruptionBudget over the voters that allows a
@@ -19,7 +19,7 @@ import (
 // and the budget is removed.
 func (r *Reconciler) reconcilePDB(ctx context.Context, w *world) error {
 	voters, unavailable := r.budgetCounts(ctx, w)
-	want := build.PodDisruptionBudget(w.cluster, build.PDBMinAvailable(voters, int32(w.desired()), unavailable))
+	want := manifest.PodDisruptionBudget(w.cluster, manifest.PDBMinAvailable(voters, int32(w.desired()), unavailable))
 	have := &policyv1.PodDisruptionBudget{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -24,7 +24,7 @@ import (
 // break quorum waits and lets the other candidates go on.
 func (r *Reconciler) removeLeaving(ctx context.Context, w *world) (*ctrl.Result, error) {
 	for _, m := range newest(w.leaving()) {
-		if !controllerutil.ContainsFinalizer(m, build.MemberFinalizer) {
+		if !controllerutil.ContainsFinalizer(m, manifest.MemberFinalizer) {
 			continue
 		}
 		em := w.etcdMemberOf(m)
@@ -85,7 +85,7 @@ func (r *Reconciler) removeMember(ctx context.Context, w *world, m *v1alpha2.Etc
 // being deleted.
 func lastOfAll(w *world, m *v1alpha2.EtcdMember) bool {
 	for _, o := range w.members {
-		if o != m && (!deleting(o) || controllerutil.ContainsFinalizer(o, build.MemberFinalizer)) {
+		if o != m && (!deleting(o) || controllerutil.ContainsFinalizer(o, manifest.MemberFinalizer)) {
 			return false
 		}
 	}
@@ -111,14 +111,14 @@ func others(w *world, m *v1alpha2.EtcdMember) []*v1alpha2.EtcdMember {
 func (r *Reconciler) stopServing(ctx context.Context, m *v1alpha2.EtcdMember) error {
 	pod := &corev1.Pod{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod)
-	if apierrors.IsNotFound(err) || (err == nil && pod.Labels[build.LabelRole] == "") {
+	if apierrors.IsNotFound(err) || (err == nil && pod.Labels[manifest.LabelRole] == "") {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("reading pod of %s: %w", m.Name, err)
 	}
 	patch := client.MergeFrom(pod.DeepCopy())
-	delete(pod.Labels, build.LabelRole)
+	delete(pod.Labels, manifest.LabelRole)
 	if err := r.Client.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("taking the role label off pod %s: %w", pod.Name, err)
 	}
@@ -169,7 +169,7 @@ func transferee(w *world, leaving *v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
 // EtcdMember, its Pod and its PVC may go.
 func (r *Reconciler) release(ctx context.Context, w *world, m *v1alpha2.EtcdMember, why string) error {
 	patch := client.MergeFrom(m.DeepCopy())
-	controllerutil.RemoveFinalizer(m, build.MemberFinalizer)
+	controllerutil.RemoveFinalizer(m, manifest.MemberFinalizer)
 	if err := r.Client.Patch(ctx, m, patch); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("releasing member %s: %w", m.Name, err)
 	}

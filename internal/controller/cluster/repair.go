@@ -8,8 +8,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -76,7 +76,7 @@ func (r *Reconciler) retireStuckJoiners(ctx context.Context, w *world) (*ctrl.Re
 		if w.isVoter(m) || ready(m) || (m.Spec.Bootstrap && w.cluster.Status.ClusterID == "") {
 			continue
 		}
-		if !build.UpToDate(m, w.cluster.Status.Observed) {
+		if !manifest.UpToDate(m, w.cluster.Status.Observed) {
 			w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which never joined and was made for an earlier target", m.Name))
 			return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
 				fmt.Sprintf("Removing member %s: it never became a ready voter and the target changed since it was made", m.Name))

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 	"github.com/seed74754924/etcd-operator/internal/version"
 )
@@ -105,7 +105,7 @@ func outdated(w *world) []*v1alpha2.EtcdMember {
 // hashes, which a restart brings up to date).
 func podOutdated(w *world, m *v1alpha2.EtcdMember) bool {
 	pod := w.pods[m.Name]
-	return pod != nil && pod.Annotations[build.AnnotationTemplateHash] != build.TemplateHash(m)
+	return pod != nil && pod.Annotations[manifest.AnnotationTemplateHash] != manifest.TemplateHash(m)
 }
 
 // waitSettled holds the roll while a member is not Ready, or became Ready
@@ -263,10 +263,10 @@ func (r *Reconciler) nextTemplate(ctx context.Context, w *world, m *v1alpha2.Etc
 	from, ferr := version.Parse(m.Status.Version)
 	to, terr := version.Parse(w.cluster.Status.Observed.Version)
 	switch {
-	case ferr == nil && terr == nil && version.SnapshotFirst(from, to) && m.Annotations[build.AnnotationSnapshotCount] == "":
-		metav1.SetMetaDataAnnotation(&m.ObjectMeta, build.AnnotationSnapshotCount, "1")
+	case ferr == nil && terr == nil && version.SnapshotFirst(from, to) && m.Annotations[manifest.AnnotationSnapshotCount] == "":
+		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationSnapshotCount, "1")
 		r.event(m, false, conditions.ReasonRollingOut, "Snapshot", "Restarting on %s with --snapshot-count=1 first: etcd %s cannot replay raft log entries older than a 3.6 snapshot", from, to)
-	case !build.Retemplate(m, w.cluster.Status.Observed):
+	case !manifest.Retemplate(m, w.cluster.Status.Observed):
 		return nil
 	}
 	if err := r.Client.Patch(ctx, m, patch); err != nil {
@@ -322,10 +322,10 @@ func (r *Reconciler) clusterVersion(ctx context.Context, w *world) (string, bool
 	for _, m := range w.endpoints() {
 		err := r.withClient(ctx, w, []*v1alpha2.EtcdMember{m}, func(ctx context.Context, c etcd.Client) error {
 			var err error
-			if cv, err = c.ClusterVersion(ctx, build.ClientURL(m)); err != nil {
+			if cv, err = c.ClusterVersion(ctx, manifest.ClientURL(m)); err != nil {
 				return err
 			}
-			st, err := c.Status(ctx, build.ClientURL(m))
+			st, err := c.Status(ctx, manifest.ClientURL(m))
 			if err == nil {
 				downgrading = st.DowngradeTarget != ""
 			}

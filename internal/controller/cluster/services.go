@@ -11,14 +11,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // ensureServices creates the headless and client Services and repairs the
 // fields members depend on (selector, publishNotReadyAddresses, the named
 // ports). Anything else a user adds (labels, annotations, extra ports) stays.
 func (r *Reconciler) ensureServices(ctx context.Context, w *world) (*ctrl.Result, error) {
-	for _, want := range []*corev1.Service{build.HeadlessService(w.cluster), build.ClientService(w.cluster)} {
+	for _, want := range []*corev1.Service{manifest.HeadlessService(w.cluster), manifest.ClientService(w.cluster)} {
 		if err := r.ensureService(ctx, want); err != nil {
 			return nil, err
 		}

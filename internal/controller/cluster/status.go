@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -22,7 +22,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, w *world) error {
 	// Ready voters: a learner does not serve clients.
 	st.ReadyMembers = int32(w.readyVoters())
 	st.UpdatedMembers = int32(w.updated())
-	st.Selector = build.SelectorString(w.cluster.Name)
+	st.Selector = manifest.SelectorString(w.cluster.Name)
 	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
 	setAvailable(w)
 	setProgressing(w)
@@ -88,7 +88,7 @@ func setProgressing(w *world) {
 		set(w, conditions.Progressing, false, w.blocked.reason, w.blocked.message)
 	case paused(w) && targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
-	case targetReached(w) && build.AuthWanted(w.cluster) && !w.cluster.Status.AuthEnabled:
+	case targetReached(w) && manifest.AuthWanted(w.cluster) && !w.cluster.Status.AuthEnabled:
 		msg := "Enabling etcd authentication"
 		if w.progress.reason == conditions.ReasonEnablingAuth {
 			msg = w.progress.message

@@ -10,8 +10,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/version"
 )
 
@@ -29,7 +29,7 @@ func (r *Reconciler) initialize(_ context.Context, w *world) (*ctrl.Result, erro
 		return nil, nil
 	}
 	if st.ClusterToken == "" {
-		st.ClusterToken = build.ClusterToken(w.cluster)
+		st.ClusterToken = manifest.ClusterToken(w.cluster)
 	}
 	if st.Observed == nil {
 		r.adopt(w, conditions.ReasonInitialSnapshot, "Latched the first target")
@@ -61,7 +61,7 @@ func progressDeadlineSeconds(s *v1alpha2.EtcdClusterSpec) int32 {
 
 // observe copies the parts of the spec that the operator acts on.
 func observe(s *v1alpha2.EtcdClusterSpec) *v1alpha2.ObservedClusterSpec {
-	return build.Observe(s)
+	return manifest.Observe(s)
 }
 
 // specChanged reports whether the spec asks for something the target lacks.

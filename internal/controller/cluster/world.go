@@ -8,9 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -159,7 +159,7 @@ func (w *world) memberOf(em etcd.Member) *v1alpha2.EtcdMember {
 		}
 	}
 	for _, m := range w.members {
-		if slices.Contains(em.PeerURLs, build.PeerURL(m)) {
+		if slices.Contains(em.PeerURLs, manifest.PeerURL(m)) {
 			return m
 		}
 	}
@@ -261,11 +261,11 @@ func (w *world) endpoints() []*v1alpha2.EtcdMember {
 // target and its Pod runs it (a Pod from before template hashes counts as
 // current).
 func (w *world) upToDate(m *v1alpha2.EtcdMember) bool {
-	if w.cluster.Status.Observed == nil || !build.UpToDate(m, w.cluster.Status.Observed) {
+	if w.cluster.Status.Observed == nil || !manifest.UpToDate(m, w.cluster.Status.Observed) {
 		return false
 	}
 	if p := w.pods[m.Name]; p != nil {
-		if h := p.Annotations[build.AnnotationTemplateHash]; h != "" && h != build.TemplateHash(m) {
+		if h := p.Annotations[manifest.AnnotationTemplateHash]; h != "" && h != manifest.TemplateHash(m) {
 			return false
 		}
 	}
@@ -273,13 +273,13 @@ func (w *world) upToDate(m *v1alpha2.EtcdMember) bool {
 }
 
 // changedSecrets lists the Secrets whose material changed since the
-// member's Pod started (see build.AnnotationSecretHashes).
+// member's Pod started (see manifest.AnnotationSecretHashes).
 func (w *world) changedSecrets(m *v1alpha2.EtcdMember) []string {
 	p := w.pods[m.Name]
 	if p == nil || len(w.secrets) == 0 {
 		return nil
 	}
-	return build.ChangedSecrets(p.Annotations[build.AnnotationSecretHashes], build.HashSecrets(build.MountedSecrets(m), w.secrets))
+	return manifest.ChangedSecrets(p.Annotations[manifest.AnnotationSecretHashes], manifest.HashSecrets(manifest.MountedSecrets(m), w.secrets))
 }
 
 // updated counts the running members that are up to date.

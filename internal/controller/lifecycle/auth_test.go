@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Authentication (issue 10): enabled once the cluster converged, latched,
@@ -42,7 +42,7 @@ func (h *harness) putPassword(pw string) {
 // recorded is the root password in the operator's own Secret.
 func (h *harness) recorded() string {
 	s := &corev1.Secret{}
-	if err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: build.AppliedPasswordSecretName("c")}, s); err != nil {
+	if err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manifest.AppliedPasswordSecretName("c")}, s); err != nil {
 		return ""
 	}
 	return string(s.Data["password"])

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // The membership hardening claims (issue 8), one test each. Each scenario
@@ -99,7 +99,7 @@ func TestConcurrentDeletionsKeepQuorum(t *testing.T) {
 	ms := h.members("c")
 	// The member cut off is the last by name, so no reconcile happens to
 	// ask it first.
-	h.etcd.Isolate(build.PeerURL(&ms[3]), true)
+	h.etcd.Isolate(manifest.PeerURL(&ms[3]), true)
 	h.steps(10)
 	for _, m := range ms[0:2] {
 		if err := h.c.Delete(context.Background(), &m); err != nil {
@@ -126,7 +126,7 @@ func TestConcurrentDeletionsKeepQuorum(t *testing.T) {
 	if !h.etcd.QuorumConnected() {
 		t.Fatalf("quorum lost:\n%s", h.dump())
 	}
-	h.etcd.Isolate(build.PeerURL(&ms[3]), false)
+	h.etcd.Isolate(manifest.PeerURL(&ms[3]), false)
 	h.run("both deletions done, back to 4", func() bool {
 		return gone(h, "c", ms[0].Name)() && gone(h, "c", ms[1].Name)() && h.converged("c", 4)()
 	})
@@ -156,7 +156,7 @@ func TestDeletedClaimMeansDataLoss(t *testing.T) {
 	h.createCluster("c", 3)
 	h.run("3", h.converged("c", 3))
 	victim := h.members("c")[1]
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: build.PVCName(victim.Name)}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: manifest.PVCName(victim.Name)}}
 	if err := h.raw.Delete(context.Background(), pvc); err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +216,9 @@ func TestIdentityIgnoresEditedLabelsAndAnnotations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	edit(ms[1], func(m *v1alpha2.EtcdMember) { delete(m.Labels, build.LabelCluster) })
+	edit(ms[1], func(m *v1alpha2.EtcdMember) { delete(m.Labels, manifest.LabelCluster) })
 	edit(ms[2], func(m *v1alpha2.EtcdMember) {
-		metav1.SetMetaDataAnnotation(&m.ObjectMeta, build.AnnotationHeadlessService, "elsewhere")
+		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationHeadlessService, "elsewhere")
 	})
 	h.steps(20)
 	if n := len(h.etcd.Members()); n != 3 || slices.ContainsFunc(h.calls, func(c string) bool { return strings.HasPrefix(c, "remove ") }) {
@@ -287,7 +287,7 @@ func TestRefusalIsOneEvent(t *testing.T) {
 	h.createCluster("c", 3)
 	h.run("3", h.converged("c", 3))
 	ms := h.members("c")
-	h.etcd.Isolate(build.PeerURL(&ms[2]), true)
+	h.etcd.Isolate(manifest.PeerURL(&ms[2]), true)
 	h.steps(2)
 	if err := h.c.Delete(context.Background(), &ms[0]); err != nil {
 		t.Fatal(err)
@@ -333,7 +333,7 @@ func TestRestoreNeedsTheOperatorImage(t *testing.T) {
 	for _, c := range pod.Spec.InitContainers {
 		names = append(names, c.Name)
 	}
-	if strings.Join(names, ",") != build.InstallToolsContainer+","+build.RestoreContainer {
+	if strings.Join(names, ",") != manifest.InstallToolsContainer+","+manifest.RestoreContainer {
 		t.Errorf("seed Pod init containers = %v, want the restore's", names)
 	}
 }
@@ -346,7 +346,7 @@ func (h *harness) moveLeaderTo(id uint64) {
 			leader = &m
 		}
 	}
-	c, err := h.etcd.Dialer()(context.Background(), etcd.Config{Endpoints: []string{build.ClientURL(leader)}})
+	c, err := h.etcd.Dialer()(context.Background(), etcd.Config{Endpoints: []string{manifest.ClientURL(leader)}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	clusterctrl "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	memberctrl "github.com/seed74754924/etcd-operator/internal/controller/member"
@@ -30,6 +29,7 @@ import (
 	etcdfake "github.com/seed74754924/etcd-operator/internal/etcd/fake"
 	"github.com/seed74754924/etcd-operator/internal/faults"
 	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 const ns = "default"
@@ -425,7 +425,7 @@ func (h *harness) etcdMatches(name string) error {
 	var running []string
 	for _, m := range h.members(name) {
 		if m.DeletionTimestamp == nil && !m.Spec.Dormant {
-			running = append(running, build.PeerURL(&m))
+			running = append(running, manifest.PeerURL(&m))
 		}
 	}
 	em := h.etcd.Members()

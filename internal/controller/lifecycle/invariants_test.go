@@ -9,8 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // The oracle: checks on the operator's behaviour made from the fake etcd's
@@ -82,7 +82,7 @@ func (h *harness) checkRouting() {
 func (h *harness) checkClientService(c *v1alpha2.EtcdCluster) {
 	h.t.Helper()
 	svc := &corev1.Service{}
-	if err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: build.ClientServiceName(c.Name)}, svc); err != nil {
+	if err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manifest.ClientServiceName(c.Name)}, svc); err != nil {
 		return
 	}
 	list := &corev1.PodList{}
@@ -136,7 +136,7 @@ func (h *harness) checkBudget(c *v1alpha2.EtcdCluster) {
 	leaving := map[string]bool{}
 	for _, m := range h.members(c.Name) {
 		if m.DeletionTimestamp != nil {
-			leaving[build.PeerURL(&m)] = true
+			leaving[manifest.PeerURL(&m)] = true
 		}
 	}
 	stay, connected := 0, 0

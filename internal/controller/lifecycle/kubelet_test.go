@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // The kubelet stand-in: a scheduler that places each Pod on a node that is
@@ -57,7 +57,7 @@ func (h *harness) stopNode(name string) {
 	for pod, node := range h.nodes {
 		if node == name {
 			if m := h.memberNamed(pod); m != nil {
-				h.etcd.Stop(build.PeerURL(m))
+				h.etcd.Stop(manifest.PeerURL(m))
 			}
 		}
 	}
@@ -69,7 +69,7 @@ func (h *harness) stopNode(name string) {
 func (h *harness) wipe(member string) {
 	m := h.memberNamed(member)
 	h.wiped[member] = true
-	h.etcd.Stop(build.PeerURL(m))
+	h.etcd.Stop(manifest.PeerURL(m))
 }
 
 func (h *harness) kubelet() {
@@ -132,7 +132,7 @@ func (h *harness) runPod(p *corev1.Pod) {
 	peer := flags["--initial-advertise-peer-urls"]
 	if gated(p) && !h.hasPeer(peer) {
 		p.Status.Phase = corev1.PodPending
-		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: build.JoinGateContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: manifest.JoinGateContainer, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 		setPodCondition(p, corev1.PodReady, corev1.ConditionFalse, "")
 		return
 	}
@@ -141,7 +141,7 @@ func (h *harness) runPod(p *corev1.Pod) {
 	if secret := h.missingSecret(p); !running && secret != "" {
 		// The kubelet cannot mount it: the Pod waits, as a real one does.
 		p.Status.Phase = corev1.PodPending
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: build.EtcdContainer,
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: manifest.EtcdContainer,
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating", Message: "secret " + secret + " not found"}}}}
 		setPodCondition(p, corev1.PodReady, corev1.ConditionFalse, "")
 		return
@@ -153,7 +153,7 @@ func (h *harness) runPod(p *corev1.Pod) {
 	} else if running {
 		h.etcd.CatchUp(peer)
 	}
-	cs := corev1.ContainerStatus{Name: build.EtcdContainer, Ready: running && hasLeader}
+	cs := corev1.ContainerStatus{Name: manifest.EtcdContainer, Ready: running && hasLeader}
 	if len(p.Status.ContainerStatuses) == 1 {
 		prev := p.Status.ContainerStatuses[0]
 		cs.RestartCount, cs.LastTerminationState = prev.RestartCount, prev.LastTerminationState
@@ -201,7 +201,7 @@ func (h *harness) missingSecret(p *corev1.Pod) string {
 func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 	name, peer, clientURL := flags["--name"], flags["--initial-advertise-peer-urls"], flags["--advertise-client-urls"]
 	_, version, _ := strings.Cut(p.Spec.Containers[0].Image, ":v")
-	if p.Annotations[build.AnnotationInitialClusterState] == build.StateNew {
+	if p.Annotations[manifest.AnnotationInitialClusterState] == manifest.StateNew {
 		if len(h.etcd.Members()) > 0 {
 			h.t.Errorf("pod %s starts etcd with --initial-cluster-state=new in a cluster that has formed", p.Name)
 			return false
@@ -251,7 +251,7 @@ func (h *harness) freshVolume(p *corev1.Pod) bool {
 }
 
 func gated(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == build.JoinGateContainer })
+	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == manifest.JoinGateContainer })
 }
 
 func (h *harness) hasPeer(peer string) bool {

@@ -12,9 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
@@ -134,8 +134,8 @@ func TestDataDirLossIsReplacedNotRebootstrapped(t *testing.T) {
 	if err := h.c.Get(context.Background(), key, pod); err != nil {
 		t.Fatal(err)
 	}
-	if pod.Annotations[build.AnnotationInitialClusterState] != build.StateExisting {
-		t.Fatalf("the seed of a formed cluster would restart with %q", pod.Annotations[build.AnnotationInitialClusterState])
+	if pod.Annotations[manifest.AnnotationInitialClusterState] != manifest.StateExisting {
+		t.Fatalf("the seed of a formed cluster would restart with %q", pod.Annotations[manifest.AnnotationInitialClusterState])
 	}
 	// Its data directory is emptied and etcd restarts on it: etcd exits
 	// with the lost raft log, and the kubelet records why.
@@ -159,7 +159,7 @@ func TestUserDeletionThatWouldLoseQuorumIsRefused(t *testing.T) {
 	h.run("3", h.converged("c", 3))
 	ms := h.members("c")
 	// One member is cut off; deleting another would leave 1 of 2 voters.
-	h.etcd.Isolate(build.PeerURL(&ms[0]), true)
+	h.etcd.Isolate(manifest.PeerURL(&ms[0]), true)
 	h.steps(2)
 	if err := h.c.Delete(context.Background(), &ms[1]); err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestMemberRemovedOutsideIsReplaced(t *testing.T) {
 	h.run("3", h.converged("c", 3))
 	victim := h.members("c")[2]
 	id, _ := etcd.ParseID(victim.Status.MemberID)
-	c, err := h.etcd.Dialer()(context.Background(), etcd.Config{Endpoints: []string{build.ClientURL(&h.members("c")[0])}})
+	c, err := h.etcd.Dialer()(context.Background(), etcd.Config{Endpoints: []string{manifest.ClientURL(&h.members("c")[0])}})
 	if err != nil {
 		t.Fatal(err)
 	}

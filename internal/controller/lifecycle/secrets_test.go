@@ -11,9 +11,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Certificate material (issue 10): members wait for the Secrets they mount,
@@ -42,7 +42,7 @@ func (h *harness) putPeerSecret(data map[string]string) {
 	}
 }
 
-var peerMaterial = map[string]string{build.KeyCert: "cert 1", build.KeyKey: "key 1", build.KeyCA: "ca 1"}
+var peerMaterial = map[string]string{manifest.KeyCert: "cert 1", manifest.KeyKey: "key 1", manifest.KeyCA: "ca 1"}
 
 func with(m map[string]string, k, v string) map[string]string {
 	out := map[string]string{}
@@ -61,7 +61,7 @@ func with(m map[string]string, k, v string) map[string]string {
 // cluster name the Secret and the key; adding the key lets it form.
 func TestMissingKeyIsNamedThenTheClusterForms(t *testing.T) {
 	h := newHarness(t)
-	h.putPeerSecret(with(peerMaterial, build.KeyCA, ""))
+	h.putPeerSecret(with(peerMaterial, manifest.KeyCA, ""))
 	h.createCluster("c", 3, withPeerTLS)
 	h.steps(20)
 	if pods := h.pods(); len(pods) != 0 {
@@ -94,7 +94,7 @@ func TestRotatedSecretRollsEveryMemberOnce(t *testing.T) {
 	before := h.identities("c")
 	leader := h.leaderName()
 
-	h.putPeerSecret(with(peerMaterial, build.KeyCert, "cert 2"))
+	h.putPeerSecret(with(peerMaterial, manifest.KeyCert, "cert 2"))
 	h.runRoll("rotation", "c", 3)
 	// The record completes once the last member settled.
 	h.steps(10)
@@ -121,7 +121,7 @@ func TestRotatedSecretRollsEveryMemberOnce(t *testing.T) {
 	}
 
 	uids := h.podUIDs()
-	h.putPeerSecret(with(peerMaterial, build.KeyCA, ""))
+	h.putPeerSecret(with(peerMaterial, manifest.KeyCA, ""))
 	h.steps(60)
 	if got := h.podUIDs(); !slices.Equal(got, uids) {
 		t.Errorf("members were restarted onto a Secret without its CA: %v, were %v", got, uids)
@@ -129,7 +129,7 @@ func TestRotatedSecretRollsEveryMemberOnce(t *testing.T) {
 	if p := conditions.Get(h.getCluster("c").Status.Conditions, conditions.Progressing); p == nil || p.Reason != conditions.ReasonSecretMissing || !strings.Contains(p.Message, "ca.crt") {
 		t.Errorf("Progressing %+v", p)
 	}
-	h.putPeerSecret(with(peerMaterial, build.KeyCert, "cert 2"))
+	h.putPeerSecret(with(peerMaterial, manifest.KeyCert, "cert 2"))
 	h.run("back to the running material", h.converged("c", 3))
 	if got := h.podUIDs(); !slices.Equal(got, uids) {
 		t.Errorf("members were restarted for material they already run: %v, were %v", got, uids)

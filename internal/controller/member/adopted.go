@@ -8,8 +8,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Adopted Pods: etcd-migrate hands the Pods of a legacy cluster to their
@@ -30,12 +30,12 @@ const adoptedRestartLimit = 3
 // it carries the adopted marker, or no template hash) whose etcd container
 // is down after failing adoptedRestartLimit times with no word of why.
 func adoptedPodFailing(pod *corev1.Pod) bool {
-	adopted := pod.Annotations[build.AnnotationAdoptedPod] == "true" || pod.Annotations[build.AnnotationTemplateHash] == ""
+	adopted := pod.Annotations[manifest.AnnotationAdoptedPod] == "true" || pod.Annotations[manifest.AnnotationTemplateHash] == ""
 	if !adopted || pod.DeletionTimestamp != nil {
 		return false
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != build.EtcdContainer || cs.State.Running != nil || cs.RestartCount < adoptedRestartLimit {
+		if cs.Name != manifest.EtcdContainer || cs.State.Running != nil || cs.RestartCount < adoptedRestartLimit {
 			continue
 		}
 		if t := cs.LastTerminationState.Terminated; t != nil && t.ExitCode != 0 && t.Message == "" {

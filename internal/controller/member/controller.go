@@ -27,10 +27,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
 
@@ -177,12 +177,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // the member is.
 func (r *Reconciler) settleIdentity(ctx context.Context, s *state) error {
 	m := s.member
-	if controllerutil.ContainsFinalizer(m, build.MemberFinalizer) && m.Spec.ServiceName != "" {
+	if controllerutil.ContainsFinalizer(m, manifest.MemberFinalizer) && m.Spec.ServiceName != "" {
 		return nil
 	}
 	patch := client.MergeFrom(m.DeepCopy())
-	controllerutil.AddFinalizer(m, build.MemberFinalizer)
-	m.Spec.ServiceName = build.ServiceName(m)
+	controllerutil.AddFinalizer(m, manifest.MemberFinalizer)
+	m.Spec.ServiceName = manifest.ServiceName(m)
 	if err := r.Client.Patch(ctx, m, patch); err != nil {
 		return fmt.Errorf("adding finalizer: %w", err)
 	}
@@ -243,7 +243,7 @@ func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error)
 		// The cluster is going and garbage collection follows: nothing is
 		// created or restarted meanwhile.
 		return ctrl.Result{}, nil
-	case m.Spec.InitialCluster == "" && !build.EarlyStart(m, r.OperatorImage):
+	case m.Spec.InitialCluster == "" && !manifest.EarlyStart(m, r.OperatorImage):
 		// etcd does not know this member yet: starting it would fail.
 		setPending(s)
 		return ctrl.Result{}, nil

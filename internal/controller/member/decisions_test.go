@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Table tests of the member controller's pure decisions.
@@ -53,11 +53,11 @@ func TestInitialState(t *testing.T) {
 		clusterID string
 		want      string
 	}{
-		{"seed of a cluster that never formed", testMember(seed), "", build.StateNew},
-		{"seed of a formed cluster (its data dir may be lost)", testMember(seed), "00000000000000c1", build.StateExisting},
-		{"seed whose etcd reported an ID", testMember(seed, withID), "", build.StateExisting},
-		{"a joining member", testMember(), "", build.StateExisting},
-		{"a joining member of a formed cluster", testMember(), "00000000000000c1", build.StateExisting},
+		{"seed of a cluster that never formed", testMember(seed), "", manifest.StateNew},
+		{"seed of a formed cluster (its data dir may be lost)", testMember(seed), "00000000000000c1", manifest.StateExisting},
+		{"seed whose etcd reported an ID", testMember(seed, withID), "", manifest.StateExisting},
+		{"a joining member", testMember(), "", manifest.StateExisting},
+		{"a joining member of a formed cluster", testMember(), "00000000000000c1", manifest.StateExisting},
 	}
 	for _, c := range cases {
 		if got := initialState(testState(c.member, c.clusterID, nil)); got != c.want {
@@ -67,7 +67,7 @@ func TestInitialState(t *testing.T) {
 }
 
 func terminated(current, last string) *corev1.Pod {
-	cs := corev1.ContainerStatus{Name: build.EtcdContainer}
+	cs := corev1.ContainerStatus{Name: manifest.EtcdContainer}
 	if current != "" {
 		cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 2, Message: current}
 	} else {
@@ -134,9 +134,9 @@ func TestClaimLost(t *testing.T) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha2.AddToScheme(scheme)
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: build.PVCName("db-a")}}
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: manifest.PVCName("db-a")}}
 	ran := func(m *v1alpha2.EtcdMember) {
-		m.Status.PVCName, m.Status.MemberID = build.PVCName("db-a"), "00000000000000aa"
+		m.Status.PVCName, m.Status.MemberID = manifest.PVCName("db-a"), "00000000000000aa"
 	}
 	cases := []struct {
 		name   string
@@ -228,7 +228,7 @@ func TestFinalizerReleasedWhenNothingIsLeftToKeep(t *testing.T) {
 	}
 	for _, c := range cases {
 		m := testMember(func(m *v1alpha2.EtcdMember) {
-			m.Finalizers = []string{build.MemberFinalizer}
+			m.Finalizers = []string{manifest.MemberFinalizer}
 			m.DeletionTimestamp = &now
 			m.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha2.GroupVersion.String(), Kind: "EtcdCluster", Name: "db", UID: "c-uid", Controller: new(true)}}
 		})
@@ -263,7 +263,7 @@ func TestGrowClaim(t *testing.T) {
 	}
 	claim := func(class, request, capacity string) *corev1.PersistentVolumeClaim {
 		return &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: build.PVCName("db-a")},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: manifest.PVCName("db-a")},
 			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: new(class), Resources: corev1.VolumeResourceRequirements{
 				Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(request)}}},
 			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(capacity)}},
@@ -311,7 +311,7 @@ func (discard) Eventf(runtime.Object, runtime.Object, string, string, string, st
 
 func TestAdoptedPodFailing(t *testing.T) {
 	failed := func(restarts int32, exit int32, running bool) *corev1.Pod {
-		cs := corev1.ContainerStatus{Name: build.EtcdContainer, RestartCount: restarts,
+		cs := corev1.ContainerStatus{Name: manifest.EtcdContainer, RestartCount: restarts,
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: exit}}}
 		if running {
 			cs.State.Running = &corev1.ContainerStateRunning{}
@@ -321,12 +321,12 @@ func TestAdoptedPodFailing(t *testing.T) {
 		return &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{cs}}}
 	}
 	ours := failed(5, 2, false)
-	ours.Annotations = map[string]string{build.AnnotationTemplateHash: "abc"}
+	ours.Annotations = map[string]string{manifest.AnnotationTemplateHash: "abc"}
 	// etcd-migrate gives the Pods it adopts their member's template hash
 	// (so that a roll-out tells a changed spec from changed Secrets) and
 	// the adopted marker.
 	marked := failed(3, 2, false)
-	marked.Annotations = map[string]string{build.AnnotationTemplateHash: "abc", build.AnnotationAdoptedPod: "true"}
+	marked.Annotations = map[string]string{manifest.AnnotationTemplateHash: "abc", manifest.AnnotationAdoptedPod: "true"}
 	cases := []struct {
 		name string
 		pod  *corev1.Pod
@@ -369,9 +369,9 @@ func TestPodWaitsForSecrets(t *testing.T) {
 		want   []string // in the Ready message; nil means the Pod is created
 	}{
 		{"no Secret", nil, []string{"peer-tls", "does not exist"}},
-		{"no CA", peer(build.KeyCert, build.KeyKey), []string{"peer-tls", "ca.crt"}},
-		{"no key", peer(build.KeyCert, build.KeyCA), []string{"peer-tls", "tls.key"}},
-		{"complete", peer(build.KeyCert, build.KeyKey, build.KeyCA), nil},
+		{"no CA", peer(manifest.KeyCert, manifest.KeyKey), []string{"peer-tls", "ca.crt"}},
+		{"no key", peer(manifest.KeyCert, manifest.KeyCA), []string{"peer-tls", "tls.key"}},
+		{"complete", peer(manifest.KeyCert, manifest.KeyKey, manifest.KeyCA), nil},
 	}
 	for _, c := range cases {
 		b := fake.NewClientBuilder().WithScheme(scheme)
@@ -390,7 +390,7 @@ func TestPodWaitsForSecrets(t *testing.T) {
 		if c.want == nil {
 			if podErr != nil {
 				t.Errorf("%s: no Pod: %v", c.name, podErr)
-			} else if h := pod.Annotations[build.AnnotationSecretHashes]; !strings.HasPrefix(h, "peer-tls=") {
+			} else if h := pod.Annotations[manifest.AnnotationSecretHashes]; !strings.HasPrefix(h, "peer-tls=") {
 				t.Errorf("%s: Pod records material %q", c.name, h)
 			}
 			continue

@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
-	"github.com/seed74754924/etcd-operator/internal/build"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
 
@@ -19,7 +19,7 @@ import (
 // remove the member from: the cluster is gone or being deleted.
 func (r *Reconciler) finalize(ctx context.Context, s *state) (ctrl.Result, error) {
 	m := s.member
-	if !controllerutil.ContainsFinalizer(m, build.MemberFinalizer) {
+	if !controllerutil.ContainsFinalizer(m, manifest.MemberFinalizer) {
 		return ctrl.Result{}, nil
 	}
 	if s.cluster != nil && s.cluster.DeletionTimestamp == nil && !teardown.Going(ctx, r.APIReader, m.Namespace) {
@@ -36,7 +36,7 @@ func (r *Reconciler) finalize(ctx context.Context, s *state) (ctrl.Result, error
 		return res, r.writeStatus(ctx, s)
 	}
 	patch := client.MergeFrom(m.DeepCopy())
-	controllerutil.RemoveFinalizer(m, build.MemberFinalizer)
+	controllerutil.RemoveFinalizer(m, manifest.MemberFinalizer)
 	if err := r.Client.Patch(ctx, m, patch); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -12,10 +12,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Timers. Each waits for something no watch reports.
@@ -70,7 +70,7 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 		st.PodUID, st.Version = string(pod.UID), ""
 	}
 	st.Replicas = 1
-	st.Selector = build.MemberSelectorString(s.member.Spec.ClusterName, s.member.Name)
+	st.Selector = manifest.MemberSelectorString(s.member.Spec.ClusterName, s.member.Name)
 	requeue := r.checkLost(ctx, s)
 	if !podReady(pod) {
 		if !r.reportRestore(s) {
@@ -81,7 +81,7 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 	if err := r.readStatus(ctx, s); err != nil {
 		reason, msg := conditions.ReasonDiscoveringMemberID, "The pod is ready but etcd did not answer: "+err.Error()
 		switch {
-		case errors.Is(err, etcd.ErrAuthRequired) && !build.AuthWanted(s.cluster):
+		case errors.Is(err, etcd.ErrAuthRequired) && !manifest.AuthWanted(s.cluster):
 			// A cluster restored from a snapshot of one with auth, or
 			// given users by hand.
 			reason, msg = conditions.ReasonAuthRequiredNotConfigured, "etcd asks for credentials and spec.auth gives none: "+err.Error()
@@ -112,7 +112,7 @@ func (r *Reconciler) readStatus(ctx context.Context, s *state) error {
 	defer func() { _ = c.Close() }()
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	es, err := c.Status(rctx, build.ClientURL(m))
+	es, err := c.Status(rctx, manifest.ClientURL(m))
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func (r *Reconciler) nodeLostAt(ctx context.Context, pod *corev1.Pod) (time.Time
 // is fine.
 func lostDataMessage(pod *corev1.Pod) string {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name != build.EtcdContainer || cs.State.Running != nil {
+		if cs.Name != manifest.EtcdContainer || cs.State.Running != nil {
 			continue
 		}
 		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
@@ -232,7 +232,7 @@ func podProblem(pod *corev1.Pod) string {
 		return "The pod is terminating"
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name == build.JoinGateContainer && cs.State.Running != nil {
+		if cs.Name == manifest.JoinGateContainer && cs.State.Running != nil {
 			return "The pod waits until the member is added to etcd"
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 func ownedBy(obj metav1.Object, m *v1alpha2.EtcdMember) bool {
@@ -28,9 +28,9 @@ func ownedBy(obj metav1.Object, m *v1alpha2.EtcdMember) bool {
 // cluster, so a lost data directory can never bootstrap a second cluster.
 func initialState(s *state) string {
 	if s.member.Spec.Bootstrap && s.member.Status.MemberID == "" && s.cluster != nil && s.cluster.Status.ClusterID == "" {
-		return build.StateNew
+		return manifest.StateNew
 	}
-	return build.StateExisting
+	return manifest.StateExisting
 }
 
 // claimLost marks a member whose claim is gone (deleted, or being deleted)
@@ -47,7 +47,7 @@ func (r *Reconciler) claimLost(ctx context.Context, s *state) bool {
 		return false
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
-	key := client.ObjectKey{Namespace: m.Namespace, Name: build.PVCName(m.Name)}
+	key := client.ObjectKey{Namespace: m.Namespace, Name: manifest.PVCName(m.Name)}
 	if err := r.Client.Get(ctx, key, pvc); err == nil && pvc.DeletionTimestamp == nil {
 		return false
 	}
@@ -57,7 +57,7 @@ func (r *Reconciler) claimLost(ctx context.Context, s *state) bool {
 	if (err == nil && pvc.DeletionTimestamp == nil) || (err != nil && !apierrors.IsNotFound(err)) {
 		return false
 	}
-	markLost(s, conditions.ReasonDataDirLost, fmt.Sprintf("its PersistentVolumeClaim %s was deleted, and its data with it", build.PVCName(m.Name)))
+	markLost(s, conditions.ReasonDataDirLost, fmt.Sprintf("its PersistentVolumeClaim %s was deleted, and its data with it", manifest.PVCName(m.Name)))
 	set(s, conditions.Ready, false, conditions.ReasonDataDirLost, "The data volume is gone; the member will be replaced")
 	return true
 }
@@ -71,7 +71,7 @@ func (r *Reconciler) ensurePVC(ctx context.Context, s *state) (bool, error) {
 	if m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory {
 		return true, nil
 	}
-	want := build.PVC(m)
+	want := manifest.PVC(m)
 	have := &corev1.PersistentVolumeClaim{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
@@ -154,7 +154,7 @@ func (r *Reconciler) bindsOnFirstUse(ctx context.Context, pvc *corev1.Persistent
 
 // createPod starts the member once the Secrets it mounts exist with every
 // key it reads, recording their material on the Pod (see
-// build.AnnotationSecretHashes).
+// manifest.AnnotationSecretHashes).
 func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, error) {
 	m := s.member
 	hashes, problem, err := r.readSecrets(ctx, m)
@@ -175,12 +175,12 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 		r.setNotReady(s, conditions.ReasonOperatorImageNotConfigured, msg)
 		return ctrl.Result{}, nil
 	}
-	pod := build.Pod(m, build.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s),
+	pod := manifest.Pod(m, manifest.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s),
 		OperatorImage: r.OperatorImage, SecretHashes: hashes})
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating pod: %w", err)
 	}
-	logger(ctx, m)("Created pod", "initialClusterState", pod.Annotations[build.AnnotationInitialClusterState])
+	logger(ctx, m)("Created pod", "initialClusterState", pod.Annotations[manifest.AnnotationInitialClusterState])
 	r.setNotReady(s, conditions.ReasonPodNotReady, "Pod created")
 	return ctrl.Result{}, nil
 }
@@ -189,7 +189,7 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 // are not cached) and returns their material's hashes, or what is missing:
 // a Secret, or a key in one, named with what the member needs it for.
 func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (hashes, problem string, err error) {
-	uses := build.MountedSecrets(m)
+	uses := manifest.MountedSecrets(m)
 	secrets := map[string]*corev1.Secret{}
 	for _, u := range uses {
 		sec, ok := secrets[u.Name]
@@ -208,7 +208,7 @@ func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (h
 			return "", fmt.Sprintf("Waiting for Secret %s (the %s) to hold the key %s, which the member reads", u.Name, u.Purpose, k), nil
 		}
 	}
-	return build.SecretHashes(build.HashSecrets(uses, secrets)), "", nil
+	return manifest.SecretHashes(manifest.HashSecrets(uses, secrets)), "", nil
 }
 
 // syncPod keeps the two things the operator changes on a running Pod: the
@@ -222,17 +222,17 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 		labels = map[string]string{}
 	}
 	// The operator finds its Pods by these labels: put back any edited away.
-	maps.Copy(labels, build.MemberLabels(m.Spec.ClusterName, m.Name))
+	maps.Copy(labels, manifest.MemberLabels(m.Spec.ClusterName, m.Name))
 	if m.Status.IsVoter && m.DeletionTimestamp == nil {
-		labels[build.LabelRole] = build.RoleVoter
+		labels[manifest.LabelRole] = manifest.RoleVoter
 	} else {
-		delete(labels, build.LabelRole)
+		delete(labels, manifest.LabelRole)
 	}
 	state := initialState(s)
-	if pod.Annotations[build.AnnotationInitialClusterState] == build.StateExisting {
-		state = build.StateExisting
+	if pod.Annotations[manifest.AnnotationInitialClusterState] == manifest.StateExisting {
+		state = manifest.StateExisting
 	}
-	if maps.Equal(labels, pod.Labels) && pod.Annotations[build.AnnotationInitialClusterState] == state {
+	if maps.Equal(labels, pod.Labels) && pod.Annotations[manifest.AnnotationInitialClusterState] == state {
 		return nil
 	}
 	patch := client.MergeFrom(pod.DeepCopy())
@@ -240,7 +240,7 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[build.AnnotationInitialClusterState] = state
+	pod.Annotations[manifest.AnnotationInitialClusterState] = state
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
 		return fmt.Errorf("updating pod labels: %w", err)
 	}

@@ -6,8 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/seed74754924/etcd-operator/internal/agent/report"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // restoreRefused says why a restored seed's Pod may not be created: without
@@ -26,7 +26,7 @@ func (r *Reconciler) restoreRefused(s *state) string {
 // about the restore.
 func restoreState(pod *corev1.Pod) (reason, message string, ok bool) {
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name != build.RestoreContainer && cs.Name != build.InstallToolsContainer {
+		if cs.Name != manifest.RestoreContainer && cs.Name != manifest.InstallToolsContainer {
 			continue
 		}
 		if reason, message, ok := restoreContainerState(cs); ok {
@@ -52,7 +52,7 @@ func restoreContainerState(cs corev1.ContainerStatus) (string, string, bool) {
 	case cs.State.Waiting != nil && cs.State.Waiting.Reason != "PodInitializing":
 		w := cs.State.Waiting
 		return conditions.ReasonRestoreFailed, fmt.Sprintf("Init container %s is waiting: %s %s", cs.Name, w.Reason, w.Message), true
-	case cs.State.Running != nil && cs.Name == build.RestoreContainer:
+	case cs.State.Running != nil && cs.Name == manifest.RestoreContainer:
 		return conditions.ReasonRestoring, "Restoring the data directory from the snapshot", true
 	}
 	return "", "", false

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Reconciler reconciles EtcdSnapshotSchedule objects.
@@ -90,7 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // controller reference.
 func (r *Reconciler) loadChildren(ctx context.Context, p *pass) error {
 	list := &v1alpha2.EtcdSnapshotList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(p.sched.Namespace), client.MatchingLabels{build.LabelSchedule: p.sched.Name}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(p.sched.Namespace), client.MatchingLabels{manifest.LabelSchedule: p.sched.Name}); err != nil {
 		return fmt.Errorf("listing the schedule's snapshots: %w", err)
 	}
 	for _, s := range list.Items {
@@ -107,7 +107,7 @@ func (r *Reconciler) loadChildren(ctx context.Context, p *pass) error {
 
 // slotOf is the slot a snapshot was made for.
 func slotOf(s *v1alpha2.EtcdSnapshot) time.Time {
-	if t, err := time.Parse(time.RFC3339, s.Annotations[build.AnnotationScheduledAt]); err == nil {
+	if t, err := time.Parse(time.RFC3339, s.Annotations[manifest.AnnotationScheduledAt]); err == nil {
 		return t
 	}
 	return s.CreationTimestamp.Time

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 func at(s string) time.Time {
@@ -178,8 +178,8 @@ func TestOneSnapshotPerSlot(t *testing.T) {
 		t.Fatalf("snapshots %v, want [%s]", names(ss), want)
 	}
 	s := ss[0]
-	if ref := metav1.GetControllerOf(&s); ref == nil || ref.UID != "sched-uid" || s.Labels[build.LabelSchedule] != "nightly" ||
-		s.Labels["team"] != "a" || s.Annotations[build.AnnotationScheduledAt] != "2026-12-01T10:01:00Z" || s.Spec.Destination.PVC == nil {
+	if ref := metav1.GetControllerOf(&s); ref == nil || ref.UID != "sched-uid" || s.Labels[manifest.LabelSchedule] != "nightly" ||
+		s.Labels["team"] != "a" || s.Annotations[manifest.AnnotationScheduledAt] != "2026-12-01T10:01:00Z" || s.Spec.Destination.PVC == nil {
 		t.Errorf("snapshot %+v", s.ObjectMeta)
 	}
 	st := f.schedule().Status
@@ -292,8 +292,8 @@ func TestHistoryLimits(t *testing.T) {
 		slot := created.Add(time.Duration(i+1) * time.Minute).Truncate(time.Minute)
 		s := &v1alpha2.EtcdSnapshot{
 			ObjectMeta: metav1.ObjectMeta{Name: SnapshotName("nightly", slot), Namespace: "ns",
-				Labels:          map[string]string{build.LabelSchedule: "nightly"},
-				Annotations:     map[string]string{build.AnnotationScheduledAt: slot.Format(time.RFC3339)},
+				Labels:          map[string]string{manifest.LabelSchedule: "nightly"},
+				Annotations:     map[string]string{manifest.AnnotationScheduledAt: slot.Format(time.RFC3339)},
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sched, v1alpha2.GroupVersion.WithKind("EtcdSnapshotSchedule"))}},
 			Status: v1alpha2.EtcdSnapshotStatus{Phase: phase, CompletionTime: &metav1.Time{Time: slot}},
 		}
@@ -304,12 +304,12 @@ func TestHistoryLimits(t *testing.T) {
 	}
 	// One of another schedule: never touched.
 	objs = append(objs, &v1alpha2.EtcdSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "ns",
-		Labels: map[string]string{build.LabelSchedule: "nightly"}}, Status: v1alpha2.EtcdSnapshotStatus{Phase: "Complete"}})
+		Labels: map[string]string{manifest.LabelSchedule: "nightly"}}, Status: v1alpha2.EtcdSnapshotStatus{Phase: "Complete"}})
 	f := newFixture(t, objs...)
 	f.reconcileAt("2026-12-01T11:00:00Z")
 	var kept []string
 	for _, s := range f.snapshots() {
-		kept = append(kept, s.Annotations[build.AnnotationScheduledAt]+" "+string(s.Status.Phase))
+		kept = append(kept, s.Annotations[manifest.AnnotationScheduledAt]+" "+string(s.Status.Phase))
 	}
 	slices.Sort(kept)
 	want := []string{" Complete", "2026-12-01T10:05:00Z Complete", "2026-12-01T10:06:00Z Failed", "2026-12-01T10:07:00Z Complete"}

@@ -12,8 +12,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // maxSteps bounds the walk over missed slots: a schedule idle for longer
@@ -101,9 +101,9 @@ func (r *Reconciler) create(ctx context.Context, p *pass, slot time.Time) error 
 		maps.Copy(labels, md.Labels)
 		maps.Copy(annotations, md.Annotations)
 	}
-	labels[build.LabelSchedule] = sched.Name
-	labels[build.LabelCluster] = tmpl.Spec.ClusterRef.Name
-	annotations[build.AnnotationScheduledAt] = slot.UTC().Format(time.RFC3339)
+	labels[manifest.LabelSchedule] = sched.Name
+	labels[manifest.LabelCluster] = tmpl.Spec.ClusterRef.Name
+	annotations[manifest.AnnotationScheduledAt] = slot.UTC().Format(time.RFC3339)
 	s := &v1alpha2.EtcdSnapshot{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: SnapshotName(sched.Name, slot), Namespace: sched.Namespace, Labels: labels, Annotations: annotations,

@@ -20,8 +20,8 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/agent/report"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -104,7 +104,7 @@ func (f *fixture) finish(ok bool, msg string) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "snap-snapshot-abcde", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
 		Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
-			Name: build.SnapshotAgentContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg}},
+			Name: manifest.SnapshotAgentContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg}},
 		}}},
 	}
 	if err := f.c.Create(context.Background(), pod); err != nil {

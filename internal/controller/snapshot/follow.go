@@ -14,8 +14,8 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/agent/report"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // follow reports on the snapshot's Job and, once it finished, records the
@@ -68,7 +68,7 @@ func (r *Reconciler) jobPods(ctx context.Context, job *batchv1.Job) ([]corev1.Po
 // agentResult is the result the agent left in a Pod's termination message.
 func agentResult(pod *corev1.Pod) (report.Result, bool) {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == build.SnapshotAgentContainer && cs.State.Terminated != nil {
+		if cs.Name == manifest.SnapshotAgentContainer && cs.State.Terminated != nil {
 			return report.Parse(cs.State.Terminated.Message)
 		}
 	}

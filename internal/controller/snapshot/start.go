@@ -13,12 +13,12 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
-	"github.com/seed74754924/etcd-operator/internal/build"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 func jobKey(s *v1alpha2.EtcdSnapshot) client.ObjectKey {
-	return client.ObjectKey{Namespace: s.Namespace, Name: build.SnapshotJobName(s.Name)}
+	return client.ObjectKey{Namespace: s.Namespace, Name: manifest.SnapshotJobName(s.Name)}
 }
 
 // start checks that the snapshot can be taken at all and creates its Job.
@@ -45,7 +45,7 @@ func (r *Reconciler) start(ctx context.Context, p *pass) (ctrl.Result, error) {
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	job := build.SnapshotJob(s, c, schedule, r.OperatorImage)
+	job := manifest.SnapshotJob(s, c, schedule, r.OperatorImage)
 	if err := r.Client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating the snapshot Job: %w", err)
 	}

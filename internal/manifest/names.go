@@ -1,7 +1,7 @@
 // Package build holds pure functions from the API objects to the Kubernetes
 // objects the operator creates: no client, no clock, no randomness. Every
 // name, label, flag and port the operator renders is decided here.
-package build
+package manifest
 
 import (
 	"fmt"
