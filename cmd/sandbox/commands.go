@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
@@ -16,14 +18,19 @@ import (
 
 func fault(ctx context.Context, args []string) error {
 	fs, dir := flags("fault")
+	var ports portList
+	fs.Var(&ports, "ports", "partition only: cut the Pod's TCP traffic on these ports (comma-separated), both ways, and nothing else")
 	if err := parse(fs, args, -2); err != nil {
 		return err
+	}
+	kind, target := fs.Arg(0), fs.Arg(1)
+	if len(ports) > 0 && kind != "partition" {
+		return usageError{fmt.Sprintf("--ports is for partition, not %s", kind)}
 	}
 	s, err := sandbox.Open(*dir)
 	if err != nil {
 		return err
 	}
-	kind, target := fs.Arg(0), fs.Arg(1)
 	ns, name, namespaced := strings.Cut(target, "/")
 	needsNS := kind != "stop-node" && kind != "start-node"
 	if needsNS && !namespaced {
@@ -37,6 +44,9 @@ func fault(ctx context.Context, args []string) error {
 	case "start-node":
 		return s.StartNode(ctx, target)
 	case "partition":
+		if len(ports) > 0 {
+			return s.PartitionPorts(ctx, ns, name, ports...)
+		}
 		return s.Partition(ctx, ns, name)
 	case "heal":
 		return s.Heal(ctx, ns, name)
@@ -44,6 +54,30 @@ func fault(ctx context.Context, args []string) error {
 		return s.Wipe(ctx, ns, name)
 	}
 	return usageError{fmt.Sprintf("unknown fault %q (kill, stop-node, start-node, partition, heal, wipe)", kind)}
+}
+
+// portList is the --ports flag: TCP ports, comma-separated or repeated.
+type portList []int
+
+func (p *portList) String() string {
+	s := make([]string, len(*p))
+	for i, port := range *p {
+		s[i] = strconv.Itoa(port)
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *portList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		port, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || port < 1 || port > 65535 {
+			return fmt.Errorf("%q is not a TCP port (1-65535)", f)
+		}
+		if !slices.Contains(*p, port) {
+			*p = append(*p, port)
+		}
+	}
+	return nil
 }
 
 func image(ctx context.Context, args []string) error {

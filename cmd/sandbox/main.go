@@ -8,7 +8,7 @@
 //	sandbox down [--dir D] [--name ID]
 //	sandbox status [--dir D]
 //	sandbox fault kill NS/POD [CONTAINER] | stop-node NODE | start-node NODE |
-//	              partition NS/POD | heal NS/POD | wipe NS/PVC       [--dir D]
+//	              partition NS/POD [--ports P[,P...]] | heal NS/POD | wipe NS/PVC   [--dir D]
 //	sandbox image add REF DIR | load FILE | list                     [--dir D]
 package main
 
@@ -35,7 +35,9 @@ const usage = `usage: sandbox COMMAND [flags]
   down      stop it and remove everything it made (also after a crash)
   status    show the running sandbox
   fault     kill NS/POD [CONTAINER] | stop-node NODE | start-node NODE |
-            partition NS/POD | heal NS/POD | wipe NS/PVC
+            partition NS/POD [--ports P[,P...]] | heal NS/POD | wipe NS/PVC
+            (--ports cuts only the Pod's TCP traffic on those ports, both ways;
+            heal lifts every cut of the Pod)
   image     add REF DIR | load FILE | list   (imported into every node)
 
 Every command takes --dir (default <repo>/.sandbox). Run "sandbox COMMAND -h" for its flags.

@@ -2,6 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"path/filepath"
 
 	"k8s.io/client-go/rest"
@@ -72,7 +75,21 @@ func (s *Sandbox) Partition(ctx context.Context, ns, pod string) error {
 	return s.client.Call(ctx, control.PathPartition, control.Target{Namespace: ns, Name: pod}, nil)
 }
 
-// Heal reconnects a partitioned Pod.
+// PartitionPorts cuts a Pod's TCP traffic on the given ports only, both
+// ways: nothing reaches the Pod on those ports and the Pod reaches no one's
+// ports of those numbers, while its other traffic flows. PartitionPorts(ctx,
+// ns, member, 2380) cuts an etcd member off from its peers but not from its
+// clients. Cuts add up; Heal lifts them all.
+func (s *Sandbox) PartitionPorts(ctx context.Context, ns, pod string, ports ...int) error {
+	err := s.client.Call(ctx, control.PathPartitionPorts, control.Target{Namespace: ns, Name: pod, Ports: ports}, nil)
+	if se := (*control.StatusError)(nil); errors.As(err, &se) && se.Code == http.StatusNotFound {
+		return fmt.Errorf("the daemon of sandbox %s cannot cut single ports (it was started by an older build; restart the sandbox): %w", s.in.Name, err)
+	}
+	return err
+}
+
+// Heal reconnects a partitioned Pod: it lifts both Partition and every
+// PartitionPorts of the Pod.
 func (s *Sandbox) Heal(ctx context.Context, ns, pod string) error {
 	return s.client.Call(ctx, control.PathHeal, control.Target{Namespace: ns, Name: pod}, nil)
 }

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,11 +21,15 @@ const (
 	PathStopNode  = "/fault/stop-node"
 	PathStartNode = "/fault/start-node"
 	PathPartition = "/fault/partition"
-	PathHeal      = "/fault/heal"
-	PathWipe      = "/fault/wipe"
-	PathImageAdd  = "/images/add"
-	PathImageLoad = "/images/load"
-	PathShutdown  = "/shutdown"
+	// PathPartitionPorts is a path of its own, not a field of the full
+	// partition's request, so that a daemon built before it answers 404
+	// instead of ignoring the ports and cutting everything.
+	PathPartitionPorts = "/fault/partition-ports"
+	PathHeal           = "/fault/heal"
+	PathWipe           = "/fault/wipe"
+	PathImageAdd       = "/images/add"
+	PathImageLoad      = "/images/load"
+	PathShutdown       = "/shutdown"
 )
 
 // Status is the daemon's report.
@@ -60,12 +63,23 @@ type Target struct {
 	Ref       string `json:"ref,omitempty"`
 	Dir       string `json:"dir,omitempty"`
 	File      string `json:"file,omitempty"`
+	// Ports are the TCP ports a port partition cuts.
+	Ports []int `json:"ports,omitempty"`
 }
 
 // Refs is the answer of an image load.
 type Refs struct {
 	Refs []string `json:"refs"`
 }
+
+// StatusError is the daemon's refusal of a call: its HTTP status and what
+// it said.
+type StatusError struct {
+	Code    int
+	Message string
+}
+
+func (e *StatusError) Error() string { return e.Message }
 
 // Client calls the daemon.
 type Client struct {
@@ -104,7 +118,7 @@ func (c *Client) Call(ctx context.Context, path string, in, out any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return errors.New(string(bytes.TrimSpace(data)))
+		return &StatusError{Code: resp.StatusCode, Message: string(bytes.TrimSpace(data))}
 	}
 	if out == nil {
 		return nil

@@ -49,8 +49,9 @@ func (d *Daemon) serveControl() (*http.Server, error) {
 	d.handle(mux, control.PathKill, d.kill)
 	d.handle(mux, control.PathStopNode, d.stopNode)
 	d.handle(mux, control.PathStartNode, d.startNode)
-	d.handle(mux, control.PathPartition, func(ctx context.Context, t control.Target) (any, error) { return nil, d.setLink(ctx, t, false) })
-	d.handle(mux, control.PathHeal, func(ctx context.Context, t control.Target) (any, error) { return nil, d.setLink(ctx, t, true) })
+	d.handle(mux, control.PathPartition, d.partition)
+	d.handle(mux, control.PathPartitionPorts, d.partitionPorts)
+	d.handle(mux, control.PathHeal, d.heal)
 	d.handle(mux, control.PathWipe, func(ctx context.Context, t control.Target) (any, error) {
 		return nil, d.storage.Wipe(ctx, t.Namespace, t.Name)
 	})
@@ -150,21 +151,62 @@ func (d *Daemon) podNode(ctx context.Context, t control.Target) (*corev1.Pod, *n
 	return pod, n, nil
 }
 
-// setLink cuts a Pod off the network or lets it back on.
-func (d *Daemon) setLink(ctx context.Context, t control.Target, up bool) error {
+// podIP is the address of a Pod that has one.
+func (d *Daemon) podIP(ctx context.Context, t control.Target) (netip.Addr, error) {
 	pod, err := d.client.CoreV1().Pods(t.Namespace).Get(ctx, t.Name, metav1.GetOptions{})
 	if err != nil {
-		return err
+		return netip.Addr{}, err
 	}
 	addr, err := netip.ParseAddr(pod.Status.PodIP)
 	if err != nil {
-		return fmt.Errorf("pod %s/%s has no IP yet", t.Namespace, t.Name)
+		return netip.Addr{}, fmt.Errorf("pod %s/%s has no IP yet", t.Namespace, t.Name)
 	}
-	p := netip.PrefixFrom(addr, 32)
-	if up {
-		return network.Restore(ctx, p)
+	return addr, nil
+}
+
+// partition cuts a Pod off the network.
+func (d *Daemon) partition(ctx context.Context, t control.Target) (any, error) {
+	addr, err := d.podIP(ctx, t)
+	if err != nil {
+		return nil, err
 	}
-	return network.Cut(ctx, p)
+	if err := network.Cut(ctx, netip.PrefixFrom(addr, 32)); err != nil {
+		return nil, err
+	}
+	slog.Info("Pod cut off the network", "pod", t.Namespace+"/"+t.Name, "ip", addr)
+	return nil, nil
+}
+
+// partitionPorts cuts a Pod's TCP traffic on the given ports only.
+func (d *Daemon) partitionPorts(ctx context.Context, t control.Target) (any, error) {
+	if len(t.Ports) == 0 {
+		return nil, fmt.Errorf("a port partition of %s/%s needs at least one port", t.Namespace, t.Name)
+	}
+	addr, err := d.podIP(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := network.CutPorts(ctx, addr, t.Ports); err != nil {
+		return nil, err
+	}
+	slog.Info("Pod's TCP traffic on some ports cut", "pod", t.Namespace+"/"+t.Name, "ip", addr, "ports", t.Ports)
+	return nil, nil
+}
+
+// heal lifts every cut of a Pod: the whole Pod's and each of its ports'.
+func (d *Daemon) heal(ctx context.Context, t control.Target) (any, error) {
+	addr, err := d.podIP(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := network.Restore(ctx, netip.PrefixFrom(addr, 32)); err != nil {
+		return nil, err
+	}
+	if err := network.RestorePorts(ctx, addr); err != nil {
+		return nil, err
+	}
+	slog.Info("Pod healed: every cut of it lifted", "pod", t.Namespace+"/"+t.Name, "ip", addr)
+	return nil, nil
 }
 
 // nodePrefixes are what a stopped node loses: its Pods' subnet and its own

@@ -52,12 +52,13 @@ func sleep([]string) error {
 	return nil
 }
 
-// serve PORT answers / with the hostname, /healthz with 200, and /ready
-// with 503 while /tmp/unready exists.
+// serve [PORT...] answers on each port (8080 if none): / with the hostname,
+// /healthz with 200, and /ready with 503 while /tmp/unready exists. It stops
+// when any port fails.
 func serve(args []string) error {
-	port := "8080"
-	if len(args) > 0 {
-		port = args[0]
+	ports := args
+	if len(ports) == 0 {
+		ports = []string{"8080"}
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
@@ -72,9 +73,13 @@ func serve(args []string) error {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	fmt.Println("serving on", port)
-	srv := &http.Server{Addr: ":" + port, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	return srv.ListenAndServe()
+	failed := make(chan error, len(ports))
+	for _, port := range ports {
+		srv := &http.Server{Addr: ":" + port, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { failed <- srv.ListenAndServe() }()
+	}
+	fmt.Println("serving on", strings.Join(ports, " "))
+	return <-failed
 }
 
 // exit CODE [MESSAGE] prints MESSAGE to stderr and exits with CODE.
