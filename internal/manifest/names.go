@@ -50,6 +50,12 @@ const (
 	// never bootstraps a second cluster.
 	AnnotationInitialClusterState = Prefix + "initial-cluster-state"
 
+	// AnnotationAllowDeletion "true" (exactly) on an EtcdMember lets anyone
+	// delete it past the chart's admission guard (memberDeletionProtection),
+	// which otherwise admits only the operator and Kubernetes' own
+	// controllers. The operator itself never reads it.
+	AnnotationAllowDeletion = Prefix + "allow-deletion"
+
 	// MemberFinalizer removes the member from etcd before the EtcdMember goes.
 	MemberFinalizer = Prefix + "member-cleanup"
 

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -163,6 +164,16 @@ func members(t *testing.T, ns, cluster string) []v1alpha2.EtcdMember {
 	}
 	slices.SortFunc(list.Items, func(a, b v1alpha2.EtcdMember) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	return list.Items
+}
+
+// allowDeletion annotates a member so that the chart's admission guard lets
+// the suites, which act as a cluster admin, delete it on purpose.
+func allowDeletion(t *testing.T, m *v1alpha2.EtcdMember) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, manifest.AnnotationAllowDeletion)
+	if err := k.Patch(context.Background(), m, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatalf("annotating member %s for deletion: %v", m.Name, err)
+	}
 }
 
 // waitReconciled waits until the cluster reached n ready members for its
