@@ -23,6 +23,10 @@
 #
 # Every tool is built in a temporary directory and renamed into place under a
 # lock, so concurrent runs and interrupted builds never leave a half-built tool.
+#
+# A cold build (empty Go module and build caches) took 20m47s on the project's
+# 2-core machine with other work beside it; each build says when it starts
+# with what it took there, every minute while it runs, and when it is done.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -86,12 +90,77 @@ fi
 
 mkdir -p "$root"
 exec 9>"$root/.lock"
-flock 9
+if ! flock -n 9; then
+	echo "tools: waiting for another hack/tools.sh that is building into $root" >&2
+	flock 9
+fi
 
 work=$(mktemp -d "$root/.build.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap 'stop_heartbeat; rm -rf "$work"' EXIT
 log=$root/build.log
 : >"$log"
+
+# Progress. Each estimate is the time of that build on a cold cache on the
+# 2-core machine, in the order below (later builds reuse modules and
+# packages the earlier ones fetched and compiled).
+built=0 step_began=0 step_name='' step_estimate=0 beat=''
+
+# duration prints a number of seconds as 3m05s, 10m or 42s.
+duration() {
+	local m=$(($1 / 60)) s=$(($1 % 60))
+	if ((m == 0)); then
+		printf '%ds' "$s"
+	elif ((s == 0)); then
+		printf '%dm' "$m"
+	else
+		printf '%dm%02ds' "$m" "$s"
+	fi
+}
+
+# begin announces one build and its estimate (seconds), and starts a
+# heartbeat; the first says where the log goes.
+begin() {
+	step_name=$1 step_estimate=$2 step_began=$SECONDS
+	if ((built == 0)); then
+		echo "tools: building the pinned toolchain into $root (from empty Go caches about 21 minutes on two cores; log: $log)" >&2
+	fi
+	built=$((built + 1))
+	echo "tools: building $step_name (about $(duration "$step_estimate") on a cold cache)" >&2
+	start_heartbeat
+}
+
+# finish says how long the build took, and how long tools.sh has run.
+finish() {
+	stop_heartbeat
+	echo "tools: built $step_name in $(duration $((SECONDS - step_began))) ($(duration "$SECONDS") since tools.sh started)" >&2
+}
+
+# start_heartbeat prints a line every minute while a build runs, so a quiet
+# compiler is not taken for a hung script. It runs in the background without
+# the lock's descriptor or stdout (callers read the last line of stdout), and
+# ends when this script does, even if it is killed.
+start_heartbeat() {
+	local parent=$$
+	(
+		exec 9>&-
+		trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+		while :; do
+			sleep 60 >/dev/null 2>&1 &
+			nap=$!
+			wait "$nap"
+			kill -0 "$parent" 2>/dev/null || exit 0
+			echo "tools: still building $step_name: $(duration $((SECONDS - step_began))) so far, about $(duration "$step_estimate") on a cold cache"
+		done
+	) >&2 &
+	beat=$!
+}
+
+stop_heartbeat() {
+	[[ -n $beat ]] || return 0
+	kill "$beat" 2>/dev/null || true
+	wait "$beat" 2>/dev/null || true
+	beat=''
+}
 
 # fail prints one line naming the module that could not be built, and exits.
 fail() {
@@ -124,7 +193,7 @@ build_kubernetes() {
 	local c missing=
 	for c in "${kube_cmds[@]}"; do [[ -x $kube_dir/$c ]] || missing=1; done
 	[[ -z $missing ]] && return
-	echo "tools: building kubernetes v$v (several minutes on a cold cache)" >&2
+	begin "kubernetes v$v" 600
 	local w=$work/kubernetes
 	mkdir -p "$w/out"
 	gomod=$(cd "$w" && GOFLAGS=-mod=mod go mod download -json "$mod" 2>>"$log" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p') || true
@@ -144,12 +213,13 @@ build_kubernetes() {
 	# run side by side.
 	(cd "$w" && gobuild build -trimpath -ldflags "$ld" -o out/ "${kube_cmds[@]/#/k8s.io/kubernetes/cmd/}") || fail "$mod"
 	install_dir "$w/out" "$kube_dir"
+	finish
 }
 
 build_etcd() {
 	local v=$1 dir=$root/etcd/v$1
 	[[ -x $dir/etcd && -x $dir/etcdctl && -x $dir/etcdutl ]] && return
-	echo "tools: building etcd v$v" >&2
+	begin "etcd v$v" 35
 	local w=$work/etcd-$v
 	mkdir -p "$w/out"
 	printf 'module etcd-operator.local/etcd-tools\n\ngo 1.26\n' >"$w/go.mod"
@@ -160,6 +230,7 @@ build_etcd() {
 		go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3) || fail "go.etcd.io/etcd/server/v3@v$v"
 	mv "$w/out/server" "$w/out/etcd"
 	install_dir "$w/out" "$dir"
+	finish
 }
 
 build_containerd() {
@@ -167,7 +238,7 @@ build_containerd() {
 	local c missing=
 	for c in "${containerd_cmds[@]}"; do [[ -x $containerd_dir/$c ]] || missing=1; done
 	[[ -z $missing ]] && return
-	echo "tools: building containerd v$v" >&2
+	begin "containerd v$v" 60
 	local w=$work/containerd
 	mkdir -p "$w/out"
 	printf 'module etcd-operator.local/containerd-tools\n\ngo 1.26\n' >"$w/go.mod"
@@ -178,6 +249,7 @@ build_containerd() {
 		-ldflags "-s -w -X $mod/version.Version=v$v -X $mod/version.Package=$mod" \
 		-o out/ "${containerd_cmds[@]/#/$mod/cmd/}") || fail "$mod@v$v"
 	install_dir "$w/out" "$containerd_dir"
+	finish
 }
 
 # build_coredns builds CoreDNS with the few plugins the sandbox's Corefile
@@ -186,7 +258,7 @@ build_containerd() {
 build_coredns() {
 	local v=$COREDNS_VERSION mod=github.com/coredns/coredns
 	[[ -x $coredns_dir/coredns ]] && return
-	echo "tools: building coredns v$v" >&2
+	begin "coredns v$v" 80
 	local w=$work/coredns p
 	mkdir -p "$w/out"
 	printf 'module etcd-operator.local/coredns-tools\n\ngo 1.26\n' >"$w/go.mod"
@@ -203,38 +275,42 @@ build_coredns() {
 	(cd "$w" && gobuild get "$mod@v$v") || fail "$mod@v$v"
 	(cd "$w" && gobuild build -trimpath -ldflags "-s -w" -o out/coredns .) || fail "$mod@v$v"
 	install_dir "$w/out" "$coredns_dir"
+	finish
 }
 
 # build_pause builds the sandbox's own pause process (the program that holds
 # a Pod's namespaces) from the repository, keyed by its source.
 build_pause() {
 	[[ -x $pause_dir/pause ]] && return
-	echo "tools: building the sandbox's pause" >&2
+	begin "the sandbox's pause" 1
 	local w=$work/pause
 	mkdir -p "$w/out"
 	(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$w/out/pause" ./internal/sandbox/pause >>"$log" 2>&1) ||
 		fail "internal/sandbox/pause"
 	install_dir "$w/out" "$pause_dir"
+	finish
 }
 
 build_golangci_lint() {
 	local v=$GOLANGCI_LINT_VERSION mod=github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$GOLANGCI_LINT_VERSION
 	[[ -x $lint_dir/golangci-lint ]] && return
-	echo "tools: building golangci-lint v$v" >&2
+	begin "golangci-lint v$v" 60
 	local w=$work/golangci-lint
 	mkdir -p "$w/out"
 	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath -ldflags "-s -w" "$mod") || fail "$mod"
 	install_dir "$w/out" "$lint_dir"
+	finish
 }
 
 build_helm() {
 	local v=$HELM_VERSION mod=helm.sh/helm/v3/cmd/helm@v$HELM_VERSION
 	[[ -x $helm_dir/helm ]] && return
-	echo "tools: building helm v$v" >&2
+	begin "helm v$v" 60
 	local w=$work/helm
 	mkdir -p "$w/out"
 	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$v" "$mod") || fail "$mod"
 	install_dir "$w/out" "$helm_dir"
+	finish
 }
 
 # build_minio builds the MinIO server, a real S3 implementation for the
@@ -243,11 +319,12 @@ build_helm() {
 build_minio() {
 	local v=$MINIO_VERSION mod=github.com/minio/minio@$MINIO_VERSION
 	[[ -x $minio_dir/minio ]] && return
-	echo "tools: building minio $v (a few minutes on a cold cache)" >&2
+	begin "minio $v" 135
 	local w=$work/minio
 	mkdir -p "$w/out"
 	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath -ldflags "-s -w" "$mod") || fail "$mod"
 	install_dir "$w/out" "$minio_dir"
+	finish
 }
 
 # build_cert_manager builds hack/cert-manager, a module of its own that runs
@@ -259,7 +336,7 @@ build_cert_manager() {
 	[[ -x $cm_dir/cert-manager-controller ]] && return
 	grep -qE "^[[:space:]]*(require )?$mod $v\$" "$cm_src/go.mod" ||
 		{ echo "tools: hack/cert-manager/go.mod must require $mod $v (hack/versions.env)" >&2; exit 1; }
-	echo "tools: building cert-manager-controller $v (several minutes on a cold cache)" >&2
+	begin "cert-manager-controller $v" 150
 	local w=$work/cert-manager crds
 	mkdir -p "$w/out/crds"
 	(cd "$cm_src" && CGO_ENABLED=0 GOWORK=off go build -trimpath -ldflags "-s -w" -o "$w/out/cert-manager-controller" . >>"$log" 2>&1) ||
@@ -268,6 +345,7 @@ build_cert_manager() {
 	cp "$crds"/*.yaml "$w/out/crds/" || fail "$mod@$v"
 	chmod -R u+w "$w/out/crds"
 	install_dir "$w/out" "$cm_dir"
+	finish
 }
 
 # link points bin/<name> at target, replacing any older link atomically.
@@ -297,4 +375,5 @@ link helm "$helm_dir/helm"
 link minio "$minio_dir/minio"
 link cert-manager-controller "$cm_dir/cert-manager-controller"
 
+((built == 0)) || echo "tools: the toolchain is ready after $(duration "$SECONDS")" >&2
 echo "$bin"

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
 	"github.com/seed74754924/etcd-operator/internal/tools"
@@ -122,11 +123,15 @@ func prepareSuite(ctx context.Context) error {
 	if err := sb.AddImage(ctx, helperImage, helperRoot); err != nil {
 		return err
 	}
-	node, err := k.CoreV1().Nodes().Get(ctx, stopNode, metav1.GetOptions{})
-	if err != nil {
+	// The kubelet writes the Node's status meanwhile (the image just added
+	// among others), so an update may meet a newer version: read again.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := k.CoreV1().Nodes().Get(ctx, stopNode, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: taintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+		_, err = k.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		return err
-	}
-	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: taintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule})
-	_, err = k.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
-	return err
+	})
 }
