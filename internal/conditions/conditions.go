@@ -75,6 +75,13 @@ const (
 	// ReasonCertificateNotOwned: a Certificate of the name the operator
 	// would create exists and is not the cluster's; it is left alone.
 	ReasonCertificateNotOwned = "CertificateNotOwned"
+	// ReasonAlarm: etcd raised an alarm (NOSPACE, CORRUPT); the message
+	// says what it means and what to do.
+	ReasonAlarm = "EtcdAlarm"
+	// ReasonStepFailed: a step beside the membership changes (Services,
+	// Certificates, the budget, the root password) failed; it is retried
+	// and holds no membership change back.
+	ReasonStepFailed = "StepFailed"
 	// ReasonStorageTooSmall is a Warning Event: a memory-backed data
 	// directory too small for etcd's write-ahead log and database quota.
 	ReasonStorageTooSmall = "StorageTooSmall"

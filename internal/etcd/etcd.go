@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -40,10 +41,36 @@ type Status struct {
 	Version          string
 	DBSize           int64
 	DBSizeInUse      int64
-	Errors           []string
+	// Errors are the member's own report of what is wrong: no leader, and
+	// every alarm raised in the cluster (etcd lists them there too).
+	Errors []string
 	// DowngradeTarget is the version a downgrade in progress goes to (etcd
 	// 3.6 and later), empty when none is.
 	DowngradeTarget string
+}
+
+// Alarm types etcd raises.
+const (
+	// AlarmNoSpace: a member's backend reached its quota; etcd refuses
+	// writes (reads and membership changes still work) until the alarm is
+	// disarmed after space was freed.
+	AlarmNoSpace = "NOSPACE"
+	// AlarmCorrupt: a member's data disagrees with the others'.
+	AlarmCorrupt = "CORRUPT"
+)
+
+// Alarms lists the alarm types the member reports in its status errors
+// (etcd renders each alarm there as "memberID:<id> alarm:<type>").
+func (s *Status) Alarms() []string {
+	var out []string
+	for _, e := range s.Errors {
+		for _, typ := range []string{AlarmNoSpace, AlarmCorrupt} {
+			if strings.Contains(e, "alarm:"+typ) && !slices.Contains(out, typ) {
+				out = append(out, typ)
+			}
+		}
+	}
+	return out
 }
 
 // DowngradeAction is one step of etcd's downgrade API (3.6 and later).

@@ -100,6 +100,10 @@ func (l *Life) Client(c client.WithWatch) client.WithWatch {
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			return l.call(true, func() error { return c.Delete(ctx, obj, opts...) })
 		},
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			// An eviction, say: it deletes a Pod.
+			return l.call(true, func() error { return c.SubResource(sub).Create(ctx, obj, subObj, opts...) })
+		},
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			return l.call(true, func() error { return c.SubResource(sub).Update(ctx, obj, opts...) })
 		},

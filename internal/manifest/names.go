@@ -1,4 +1,4 @@
-// Package build holds pure functions from the API objects to the Kubernetes
+// Package manifest holds pure functions from the API objects to the Kubernetes
 // objects the operator creates: no client, no clock, no randomness. Every
 // name, label, flag and port the operator renders is decided here.
 package manifest

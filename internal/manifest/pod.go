@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
+	"github.com/seed74754924/etcd-operator/internal/dataguard"
 )
 
 // Initial cluster states of etcd.
@@ -19,8 +22,11 @@ const (
 	StateExisting = "existing"
 )
 
-// ReadinessPath is the etcd endpoint the readiness probe asks.
-const ReadinessPath = "/health?serializable=true"
+// ReadinessPath is the etcd endpoint the readiness probe asks: etcd's
+// /health, which (not serializable) answers healthy only while the member
+// knows a leader and a linearizable read through it succeeds, and which
+// leaves the NOSPACE alarm out, so an alarmed cluster keeps serving reads.
+const ReadinessPath = "/health?exclude=NOSPACE"
 
 // etcdUID is the non-root user of the etcd container (distroless "nonroot").
 const etcdUID = 65532
@@ -70,15 +76,38 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
 			SecurityContext:              podSecurity(m),
-			InitContainers:               append(joinGate(m, opts), restoreInitContainers(m, opts)...),
+			InitContainers:               slices.Concat(joinGate(m, opts), toolsInstall(opts), restoreInitContainers(m, opts)),
 			Containers:                   []corev1.Container{etcdContainer(m, opts)},
-			Volumes:                      append(volumes(m), restoreVolumes(m, opts)...),
+			Volumes:                      slices.Concat(volumes(m), toolsVolumes(opts), restoreVolumes(m, opts)),
 		},
 	}
 	if opts.SecretHashes != "" {
 		pod.Annotations[AnnotationSecretHashes] = opts.SecretHashes
 	}
+	if m.Status.MemberID != "" {
+		pod.Annotations[AnnotationMemberID] = m.Status.MemberID
+	}
 	return pod
+}
+
+// AnnotationMemberID on a member Pod is the member's etcd ID once it has run;
+// the data guard reads it at every start of the etcd container (see package
+// dataguard).
+const AnnotationMemberID = Prefix + "member-id"
+
+// guarded wraps etcd's command line in the data guard, which checks the data
+// directory and then becomes etcd.
+func guarded(m *v1alpha2.EtcdMember, opts PodOptions, c *corev1.Container) {
+	if opts.OperatorImage == "" {
+		return
+	}
+	c.Command = append([]string{toolsPath + "/" + agentenv.ToolName, "guard-data", "--"}, c.Command...)
+	c.Env = append(c.Env,
+		corev1.EnvVar{Name: dataguard.EnvDataDir, Value: MemberDataDir(m)},
+		corev1.EnvVar{Name: dataguard.EnvMemberID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			FieldPath: fmt.Sprintf("metadata.annotations['%s']", AnnotationMemberID),
+		}}})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: toolsVol, MountPath: toolsPath, ReadOnly: true})
 }
 
 func podLabels(m *v1alpha2.EtcdMember) map[string]string {
@@ -90,7 +119,7 @@ func podLabels(m *v1alpha2.EtcdMember) map[string]string {
 }
 
 func etcdContainer(m *v1alpha2.EtcdMember, opts PodOptions) corev1.Container {
-	return corev1.Container{
+	c := corev1.Container{
 		Name:    EtcdContainer,
 		Image:   EtcdImage(opts.EtcdRepository, m.Spec.Version),
 		Command: EtcdCommand(m),
@@ -112,14 +141,16 @@ func etcdContainer(m *v1alpha2.EtcdMember, opts PodOptions) corev1.Container {
 		// to tell a lost data directory from a crash.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		ReadinessProbe: &corev1.Probe{
-			// etcd's own guidance for per-member probes (and what kubeadm
-			// uses): /health?serializable=true answers from the member's
-			// local state (a leader known, no alarm, a local read), without
-			// the raft round trip through the leader that a plain /health
-			// costs, so probing every member every second stays cheap at
-			// hundreds of members. A partitioned member loses its leader
-			// within an election timeout and turns unready. A learner
-			// passes it too: the client Service selects voters only.
+			// Ready means the member serves: it knows a leader and a
+			// linearizable read through it succeeds (a ReadIndex round trip
+			// to the leader, cheap next to the writes it guards). A member
+			// cut off from its peers turns unready within an election
+			// timeout and leaves the client Service and the budget's count.
+			// (/health?serializable=true would not do: etcd skips the leader
+			// check for it, so a member cut off stays healthy.) NOSPACE is
+			// left out: with the quota reached etcd refuses writes, but
+			// reads, and the membership changes that help, still work. A
+			// learner passes too: the client Service selects voters only.
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 				Path: ReadinessPath, Port: intstr.FromInt32(MetricsPort),
 			}},
@@ -143,6 +174,8 @@ func etcdContainer(m *v1alpha2.EtcdMember, opts PodOptions) corev1.Container {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
+	guarded(m, opts, &c)
+	return c
 }
 
 // EtcdCommand renders the etcd command line of a member. The initial cluster

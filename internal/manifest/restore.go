@@ -10,59 +10,78 @@ import (
 
 // Restore init containers of a restored cluster's seed.
 const (
-	// InstallToolsContainer copies the operator binary into restoreToolsPath.
+	// InstallToolsContainer copies the operator binary into toolsPath, for
+	// the data guard and the restore agent.
 	InstallToolsContainer = "install-tools"
 	// RestoreContainer runs the restore agent in the etcd image of the
 	// member's version, whose etcdutl then writes the data directory.
 	RestoreContainer = "restore"
 
-	restoreToolsPath  = "/tools"
+	toolsPath         = "/tools"
 	restoreSourcePath = "/restore/src"
-	restoreToolsVol   = "restore-tools"
+	toolsVol          = "operator-tools"
 	restoreSourceVol  = "restore-src"
 )
 
-// restoreInitContainers renders the init containers that seed an empty data
-// directory from the member's snapshot; none without a restore or without
-// the operator image to run the agent from. The agent does nothing unless
-// the Pod's initial cluster state is "new": once the cluster formed, an
-// empty data directory is a lost member, never a restore.
-func restoreInitContainers(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Container {
-	if m.Spec.Restore == nil || opts.OperatorImage == "" {
+// toolsInstall is the init container that copies the operator binary into
+// the Pod, where the data guard (the etcd container's entrypoint) and the
+// restore agent run it; none without the operator's image.
+func toolsInstall(opts PodOptions) []corev1.Container {
+	if opts.OperatorImage == "" {
 		return nil
 	}
-	requests := corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
-	}}
-	tools := corev1.VolumeMount{Name: restoreToolsVol, MountPath: restoreToolsPath}
-	install := corev1.Container{
+	return []corev1.Container{{
 		Name:                     InstallToolsContainer,
 		Image:                    opts.OperatorImage,
 		ImagePullPolicy:          corev1.PullIfNotPresent,
 		Command:                  []string{OperatorBinary, "install-tools"},
-		Env:                      []corev1.EnvVar{env(agentenv.EnvToolsDir, restoreToolsPath)},
-		VolumeMounts:             []corev1.VolumeMount{tools},
-		Resources:                requests,
+		Env:                      []corev1.EnvVar{env(agentenv.EnvToolsDir, toolsPath)},
+		VolumeMounts:             []corev1.VolumeMount{{Name: toolsVol, MountPath: toolsPath}},
+		Resources:                agentRequests(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext:          agentContainerSecurity(),
+	}}
+}
+
+func agentRequests() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+	}}
+}
+
+// toolsVolumes is the volume the operator binary is copied into.
+func toolsVolumes(opts PodOptions) []corev1.Volume {
+	if opts.OperatorImage == "" {
+		return nil
 	}
-	tools.ReadOnly = true
-	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataDir}, tools}
+	return []corev1.Volume{{Name: toolsVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+}
+
+// restoreInitContainers renders the init container that seeds an empty data
+// directory from the member's snapshot, after toolsInstall; none without a
+// restore or without the operator image to run the agent from. The agent
+// does nothing unless the Pod's initial cluster state is "new": once the
+// cluster formed, an empty data directory is a lost member, never a restore.
+func restoreInitContainers(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Container {
+	if m.Spec.Restore == nil || opts.OperatorImage == "" {
+		return nil
+	}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: DataDir}, {Name: toolsVol, MountPath: toolsPath, ReadOnly: true}}
 	if m.Spec.Restore.Source.PVC != nil {
 		mounts = append(mounts, corev1.VolumeMount{Name: restoreSourceVol, MountPath: restoreSourcePath, ReadOnly: true})
 	}
 	restore := corev1.Container{
 		Name:                     RestoreContainer,
 		Image:                    EtcdImage(opts.EtcdRepository, m.Spec.Version),
-		Command:                  []string{restoreToolsPath + "/" + agentenv.ToolName, "restore-agent"},
+		Command:                  []string{toolsPath + "/" + agentenv.ToolName, "restore-agent"},
 		Env:                      restoreEnv(m),
 		VolumeMounts:             mounts,
-		Resources:                requests,
+		Resources:                agentRequests(),
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		SecurityContext:          agentContainerSecurity(),
 	}
-	return []corev1.Container{install, restore}
+	return []corev1.Container{restore}
 }
 
 func restoreEnv(m *v1alpha2.EtcdMember) []corev1.EnvVar {
@@ -88,7 +107,7 @@ func restoreVolumes(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Volume {
 	if m.Spec.Restore == nil || opts.OperatorImage == "" {
 		return nil
 	}
-	out := []corev1.Volume{{Name: restoreToolsVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	var out []corev1.Volume
 	if pvc := m.Spec.Restore.Source.PVC; pvc != nil {
 		out = append(out, corev1.Volume{Name: restoreSourceVol, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.ClaimName, ReadOnly: true},

@@ -222,7 +222,7 @@ func TestRestoreInitContainersFromS3(t *testing.T) {
 	if f := envOf(inits[1])["ETCD_INITIAL_CLUSTER_STATE"].ValueFrom; f == nil || !strings.Contains(f.FieldRef.FieldPath, AnnotationInitialClusterState) {
 		t.Errorf("the restore does not read the Pod's initial cluster state: %+v", f)
 	}
-	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "restore-tools" && v.EmptyDir != nil }) {
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == toolsVol && v.EmptyDir != nil }) {
 		t.Error("no tools volume")
 	}
 }
@@ -238,8 +238,36 @@ func TestRestoreInitContainersFromAVolume(t *testing.T) {
 	}
 }
 
-func TestNoRestoreNoInitContainers(t *testing.T) {
-	if pod := Pod(member(), restoreOpts); len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Volumes) != 1 {
+func TestNoRestoreNoRestoreContainer(t *testing.T) {
+	pod := Pod(member(), restoreOpts)
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != InstallToolsContainer || len(pod.Spec.Volumes) != 2 {
 		t.Errorf("a member without a restore has init containers %v, volumes %v", pod.Spec.InitContainers, pod.Spec.Volumes)
+	}
+	if pod := Pod(member(), PodOptions{}); len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Volumes) != 1 {
+		t.Errorf("without the operator's image a member has init containers %v, volumes %v", pod.Spec.InitContainers, pod.Spec.Volumes)
+	}
+}
+
+// The data guard: with the operator's image, etcd starts through the guard,
+// which reads the member's recorded ID from the Pod at every start.
+func TestEtcdStartsThroughTheDataGuard(t *testing.T) {
+	m := member(func(m *v1alpha2.EtcdMember) { m.Status.MemberID = "8e9e05c52164694d" })
+	pod := Pod(m, restoreOpts)
+	c := pod.Spec.Containers[0]
+	if c.Command[0] != "/tools/etcd-operator" || c.Command[1] != "guard-data" || c.Command[2] != "--" || c.Command[3] != "etcd" {
+		t.Fatalf("etcd does not start through the guard: %v", c.Command)
+	}
+	if pod.Annotations[AnnotationMemberID] != "8e9e05c52164694d" {
+		t.Errorf("member ID annotation %q", pod.Annotations[AnnotationMemberID])
+	}
+	checkEnv(t, c, map[string]string{"ETCD_GUARD_DATA_DIR": MemberDataDir(m)}, nil, nil)
+	if f := envOf(c)["ETCD_GUARD_MEMBER_ID"].ValueFrom; f == nil || !strings.Contains(f.FieldRef.FieldPath, AnnotationMemberID) {
+		t.Errorf("the guard does not read the member ID from the Pod: %+v", f)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(v corev1.VolumeMount) bool { return v.Name == toolsVol && v.ReadOnly }) {
+		t.Errorf("the tools are not mounted into etcd's container: %+v", c.VolumeMounts)
+	}
+	if plain := Pod(m, PodOptions{}).Spec.Containers[0]; plain.Command[0] != "etcd" {
+		t.Errorf("without the operator's image etcd starts as %v", plain.Command)
 	}
 }

@@ -4,12 +4,17 @@
 // counts only members that are healthy now and stay.
 package quorum
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
-// Voter is one voting member and whether it is healthy right now.
+// Voter is one voting member and whether it is healthy right now, with why
+// not when it is not.
 type Voter struct {
 	Name    string
 	Healthy bool
+	Why     string
 }
 
 // Decision is a verdict with the reason behind it, phrased for a condition
@@ -32,6 +37,24 @@ func healthy(voters []Voter, except string) int {
 	return n
 }
 
+// unhealthy names the voters that do not count, other than except, and why.
+func unhealthy(voters []Voter, except string) string {
+	var out []string
+	for _, v := range voters {
+		if !v.Healthy && v.Name != except {
+			if v.Why != "" {
+				out = append(out, v.Name+": "+v.Why)
+			} else {
+				out = append(out, v.Name)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, "; ") + ")"
+}
+
 func find(voters []Voter, name string) (Voter, bool) {
 	for _, v := range voters {
 		if v.Name == name {
@@ -45,7 +68,7 @@ func find(voters []Voter, name string) (Voter, bool) {
 func Now(voters []Voter) Decision {
 	h, need := healthy(voters, ""), Size(len(voters))
 	if len(voters) == 0 || h < need {
-		return Decision{false, fmt.Sprintf("only %d of %d voters are healthy, %d needed for quorum", h, len(voters), need)}
+		return Decision{false, fmt.Sprintf("only %d of %d voters are healthy, %d needed for quorum%s", h, len(voters), need, unhealthy(voters, ""))}
 	}
 	return Decision{true, fmt.Sprintf("%d of %d voters are healthy", h, len(voters))}
 }
@@ -66,7 +89,7 @@ func Promote(voters []Voter, learner string, caughtUp bool) Decision {
 	after := append(append([]Voter(nil), voters...), Voter{Name: learner, Healthy: caughtUp})
 	h, need := healthy(after, ""), Size(len(after))
 	if h < need {
-		return Decision{false, fmt.Sprintf("cannot promote %s: %d of %d voters would be healthy, %d needed", learner, h, len(after), need)}
+		return Decision{false, fmt.Sprintf("cannot promote %s: %d of %d voters would be healthy, %d needed%s", learner, h, len(after), need, unhealthy(voters, ""))}
 	}
 	return Decision{true, fmt.Sprintf("promoting %s leaves %d of %d voters healthy", learner, h, len(after))}
 }
@@ -88,7 +111,7 @@ func Remove(voters []Voter, name string) Decision {
 	remaining := len(voters) - 1
 	h, need := healthy(voters, name), Size(remaining)
 	if h < need {
-		return Decision{false, fmt.Sprintf("cannot remove %s: %d of the remaining %d voters are healthy, %d needed", name, h, remaining, need)}
+		return Decision{false, fmt.Sprintf("cannot remove %s: %d of the remaining %d voters are healthy, %d needed%s", name, h, remaining, need, unhealthy(voters, name))}
 	}
 	return Decision{true, fmt.Sprintf("removing %s leaves %d of %d voters healthy", name, h, remaining)}
 }
@@ -97,7 +120,7 @@ func Remove(voters []Voter, name string) Decision {
 func Restart(voters []Voter, name string) Decision {
 	h, need := healthy(voters, name), Size(len(voters))
 	if h < need {
-		return Decision{false, fmt.Sprintf("cannot restart %s: %d of %d voters would stay healthy, %d needed", name, h, len(voters), need)}
+		return Decision{false, fmt.Sprintf("cannot restart %s: %d of %d voters would stay healthy, %d needed%s", name, h, len(voters), need, unhealthy(voters, name))}
 	}
 	return Decision{true, fmt.Sprintf("restarting %s leaves %d of %d voters healthy", name, h, len(voters))}
 }

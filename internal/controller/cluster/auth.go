@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -31,15 +30,17 @@ import (
 // again: Secrets are not watched.
 const retryAuth = 10 * time.Second
 
-// authLatch runs before etcd is read: it latches authentication that etcd
+// syncAuth runs beside the planner: it latches authentication that etcd
 // already has on, and brings etcd's root password to the user's Secret.
-func (r *Reconciler) authLatch(ctx context.Context, w *world) (*ctrl.Result, error) {
+// What goes wrong is reported; membership repair does not wait on it.
+func (r *Reconciler) syncAuth(ctx context.Context, w *world) {
 	c := w.cluster
-	if !manifest.AuthWanted(c) || c.Status.ClusterID == "" || len(w.endpoints()) == 0 {
-		return nil, nil
+	if !manifest.AuthWanted(c) || c.Status.ClusterID == "" || !w.etcd.asked {
+		return
 	}
 	if c.Status.AuthEnabled {
-		return r.syncPassword(ctx, w)
+		r.syncPassword(ctx, w)
+		return
 	}
 	var on bool
 	err := r.withClient(ctx, w, nil, func(ctx context.Context, cl etcd.Client) error {
@@ -47,37 +48,40 @@ func (r *Reconciler) authLatch(ctx context.Context, w *world) (*ctrl.Result, err
 		on, err = cl.AuthEnabled(ctx)
 		return err
 	})
-	if err == nil && on {
-		// Enabled by a pass that stopped before it latched (or by hand).
-		// Latched only with a password to log in with: every dial uses it.
-		if _, err := etcdconn.AppliedPassword(ctx, r.APIReader, c); err != nil {
-			w.authProblem = &progress{conditions.ReasonAuthCredentialsRejected,
-				"etcd has authentication on, and the operator has no root password to log in with: " + err.Error()}
-			r.warnOnce(w, w.authProblem.reason, "EnableAuth", w.authProblem.message)
-			return nil, nil
-		}
-		c.Status.AuthEnabled = true
-		r.event(c, false, conditions.ReasonAuthEnabled, "EnableAuth", "etcd already checks credentials: authentication latched")
+	if err != nil || !on {
+		return
 	}
-	// Unreachable: reading etcd reports it.
-	return nil, nil
+	// Enabled by a pass that stopped before it latched (or by hand).
+	// Latched only with a password to log in with: every dial uses it.
+	if _, err := etcdconn.AppliedPassword(ctx, r.APIReader, c); err != nil {
+		w.features.auth = &finding{conditions.ReasonAuthCredentialsRejected,
+			"etcd has authentication on, and the operator has no root password to log in with: " + err.Error()}
+		return
+	}
+	c.Status.AuthEnabled = true
+	r.event(c, false, conditions.ReasonAuthEnabled, "EnableAuth", "etcd already checks credentials: authentication latched")
 }
 
 // enableAuth turns authentication on once the cluster reached its target.
-func (r *Reconciler) enableAuth(ctx context.Context, w *world) (*ctrl.Result, error) {
-	c := w.cluster
-	if !manifest.AuthWanted(c) || c.Status.AuthEnabled || c.Status.ClusterID == "" || w.desired() == 0 || !targetReached(w) {
-		return nil, nil
+func (pl *planner) enableAuth() bool {
+	c := pl.w.cluster
+	if !manifest.AuthWanted(c) || c.Status.AuthEnabled || c.Status.ClusterID == "" || pl.w.desired() == 0 || !targetReached(pl.w) {
+		return false
 	}
+	pl.working(conditions.ReasonEnablingAuth, "Enabling etcd authentication")
+	return pl.act(&change{kind: enableAuth})
+}
+
+// turnOnAuth records the password etcd is about to have, then creates root
+// and turns authentication on.
+func (r *Reconciler) turnOnAuth(ctx context.Context, w *world) outcome {
+	c := w.cluster
 	wanted, err := etcdconn.WantedPassword(ctx, r.APIReader, c)
 	if err != nil {
-		msg := "Authentication is not enabled yet: " + err.Error()
-		w.working(conditions.ReasonEnablingAuth, msg)
-		r.warnOnce(w, conditions.ReasonEnablingAuth, "EnableAuth", msg)
-		return stop(retryAuth), nil
+		return outcome{progress: &finding{conditions.ReasonEnablingAuth, "Authentication is not enabled yet: " + err.Error()}, warn: true, requeue: retryAuth}
 	}
 	if err := r.recordPassword(ctx, w, wanted); err != nil {
-		return nil, err
+		return outcome{err: err}
 	}
 	err = r.withClient(ctx, w, nil, func(ctx context.Context, cl etcd.Client) error {
 		if on, err := cl.AuthEnabled(ctx); err != nil || on {
@@ -87,58 +91,58 @@ func (r *Reconciler) enableAuth(ctx context.Context, w *world) (*ctrl.Result, er
 	})
 	r.Metrics.MembershipOp(c, "auth-enable", err)
 	if err != nil {
-		w.working(conditions.ReasonEnablingAuth, "Enabling authentication failed, retrying: "+err.Error())
 		logf(ctx, w)("Enabling authentication failed", "error", err.Error())
-		return stop(retryAuth), nil
+		return outcome{progress: &finding{conditions.ReasonEnablingAuth, "Enabling authentication failed, retrying: " + err.Error()}, requeue: retryAuth}
 	}
 	c.Status.AuthEnabled = true
 	r.event(c, false, conditions.ReasonAuthEnabled, "EnableAuth", "Authentication enabled: etcd's root user has the password of Secret %s", c.Spec.Auth.RootCredentialsSecretRef.Name)
 	logf(ctx, w)("Authentication enabled")
-	return nil, nil
+	return outcome{}
 }
 
 // syncPassword applies a changed password of the user's Secret to etcd,
 // logged in with the recorded one, then records it.
-func (r *Reconciler) syncPassword(ctx context.Context, w *world) (*ctrl.Result, error) {
+func (r *Reconciler) syncPassword(ctx context.Context, w *world) {
 	c := w.cluster
 	wanted, err := etcdconn.WantedPassword(ctx, r.APIReader, c)
 	if err != nil {
 		// The recorded password still works; say what is wrong.
 		r.warnOnce(w, conditions.ReasonAuthCredentialsRejected, "ChangePassword", "Cannot read the root password to apply: "+err.Error())
-		return nil, nil
+		return
 	}
 	applied, err := etcdconn.AppliedPassword(ctx, r.APIReader, c)
 	if err != nil {
-		return nil, err
+		w.features.failed = append(w.features.failed, "reading the applied root password: "+err.Error())
+		return
 	}
 	if applied == wanted {
-		return nil, nil
+		return
 	}
 	err = r.withClient(ctx, w, nil, func(ctx context.Context, cl etcd.Client) error { return cl.ChangeRootPassword(ctx, wanted) })
 	switch {
 	case errors.Is(err, etcd.ErrAuthFailed) && r.passwordWorks(ctx, w, wanted):
 		// Changed by a pass that stopped before recording it.
 	case errors.Is(err, etcd.ErrAuthFailed):
-		w.authProblem = &progress{conditions.ReasonAuthCredentialsRejected, fmt.Sprintf(
+		w.features.auth = &finding{conditions.ReasonAuthCredentialsRejected, fmt.Sprintf(
 			"etcd accepts neither the root password the operator applied last (Secret %s) nor the one in Secret %s: "+
 				"put the password etcd has into Secret %s", manifest.AppliedPasswordSecretName(c.Name), c.Spec.Auth.RootCredentialsSecretRef.Name,
 			c.Spec.Auth.RootCredentialsSecretRef.Name)}
-		r.warnOnce(w, conditions.ReasonAuthCredentialsRejected, "ChangePassword", w.authProblem.message)
-		return done(), nil
+		return
 	case err != nil:
 		logf(ctx, w)("Changing the root password failed", "error", err.Error())
-		return stop(retryAuth), nil
+		w.features.failed = append(w.features.failed, "changing the root password: "+err.Error())
+		return
 	}
 	if err := r.recordPassword(ctx, w, wanted); err != nil {
-		return nil, err
+		w.features.failed = append(w.features.failed, err.Error())
+		return
 	}
 	r.event(c, false, conditions.ReasonAuthEnabled, "ChangePassword", "Applied the root password of Secret %s to etcd", c.Spec.Auth.RootCredentialsSecretRef.Name)
-	return nil, nil
 }
 
 // passwordWorks reports whether etcd accepts root with this password.
 func (r *Reconciler) passwordWorks(ctx context.Context, w *world, password string) bool {
-	cfg, err := etcdconn.Config(ctx, r.APIReader, r.Client, w.cluster, w.endpoints())
+	cfg, err := etcdconn.Config(ctx, r.APIReader, r.Client, w.cluster, w.inEtcd())
 	if err != nil {
 		return false
 	}

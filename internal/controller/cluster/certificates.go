@@ -10,10 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
@@ -30,32 +28,34 @@ const certManagerPoll = 30 * time.Second
 // A Certificate is created once and never changed: cert-manager renews it,
 // and the TLS spec it is made from cannot change (CEL). One of the same name
 // that is not the cluster's is reported and left alone.
-func (r *Reconciler) ensureCertificates(ctx context.Context, w *world) (*ctrl.Result, error) {
+func (r *Reconciler) ensureCertificates(ctx context.Context, w *world) error {
 	if !manifest.UsesCertManager(w.cluster) {
-		return nil, nil
+		return nil
 	}
 	served, err := r.certificatesServed()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !served {
-		return r.waitForCertManager(w), nil
+		r.certManagerMissing(w)
+		return nil
 	}
 	want, err := manifest.Certificates(w.cluster, r.ClusterDomain)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, cert := range want {
 		served, err := r.ensureCertificate(ctx, w, cert)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if !served {
 			// The CRD went away after the RESTMapper had seen it.
-			return r.waitForCertManager(w), nil
+			r.certManagerMissing(w)
+			return nil
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // certificatesServed asks the manager's RESTMapper whether the API server
@@ -113,15 +113,13 @@ func (r *Reconciler) ensureCertificate(ctx context.Context, w *world, want *unst
 	}
 }
 
-// waitForCertManager stops the pass until cert-manager is installed.
-func (r *Reconciler) waitForCertManager(w *world) *ctrl.Result {
-	msg := fmt.Sprintf("cert-manager is not installed: the API server does not serve certificates.cert-manager.io/v1, which %s needs. "+
-		"Install cert-manager (https://cert-manager.io/docs/installation/); the operator checks again every %s and then creates the Certificates. "+
-		"Until then the cluster is left as it is", strings.Join(certManagerFields(w), " and "), certManagerPoll)
-	w.blocked = &progress{reason: conditions.ReasonCertManagerNotInstalled, message: msg}
-	r.warnOnce(w, conditions.ReasonCertManagerNotInstalled, "CreateCertificates", msg)
-	// Come back to see whether cert-manager was installed meanwhile.
-	return stop(certManagerPoll)
+// certManagerMissing records that cert-manager is not installed. A cluster
+// that never formed waits for it (nothing could start); a formed one goes on
+// (its members run on the Secrets they have) and reports it.
+func (r *Reconciler) certManagerMissing(w *world) {
+	w.features.certManagerMissing = fmt.Sprintf("cert-manager is not installed: the API server does not serve certificates.cert-manager.io/v1, which %s needs. "+
+		"Install cert-manager (https://cert-manager.io/docs/installation/); the operator checks again every %s and then creates the Certificates",
+		strings.Join(certManagerFields(w), " and "), certManagerPoll)
 }
 
 // certManagerFields names the spec fields that ask for cert-manager.
@@ -146,6 +144,5 @@ func (r *Reconciler) foreignCertificate(w *world, want *unstructured.Unstructure
 	msg := fmt.Sprintf("Certificate %s exists and is not controlled by this EtcdCluster: the operator leaves it as it is, "+
 		"and members use the Secret %s whatever writes it. Delete the Certificate to have the operator create its own",
 		want.GetName(), secret)
-	w.foreignCertificates = append(w.foreignCertificates, msg)
-	r.warnOnce(w, conditions.ReasonCertificateNotOwned, "CreateCertificates", msg)
+	w.features.foreignCertificates = append(w.features.foreignCertificates, msg)
 }

@@ -1,12 +1,20 @@
 // Package cluster is the EtcdCluster controller: it decides which members exist
 // and runs etcd's membership state machine (bootstrap a seed, add learners one
-// at a time, promote them once caught up, remove members newest first, pause
-// and resume, replace lost members), always projecting quorum first.
+// at a time, promote them once caught up, remove members, pause and resume,
+// replace lost members, roll members onto a new target), always projecting
+// quorum first, on etcd's own fresh view of its health.
+//
+// A pass observes (observe.go: one snapshot of the members, their Pods and
+// etcd's report), plans (plan.go: a pure function choosing at most one
+// change, with its reason, in a documented priority), acts (act.go: carries
+// the change out), and reports (status.go: conditions and Events, in one
+// place, from the plan and its outcome). The steps that do not change etcd's
+// membership (certificates, Services, the root password, the budget) run
+// beside the plan and report their failures without holding it up.
 package cluster
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +35,6 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 	"github.com/seed74754924/etcd-operator/internal/teardown"
@@ -59,6 +66,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
@@ -88,10 +96,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // them again: Secrets are not watched (that would cache every Secret).
 const secretPoll = 30 * time.Second
 
-// step is one stage of a reconcile. A non-nil result stops the pass with it.
-type step func(ctx context.Context, w *world) (*ctrl.Result, error)
-
-// Reconcile runs the stages in order and always finishes with the status.
+// Reconcile observes, plans one change, carries it out and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cluster := &v1alpha2.EtcdCluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
@@ -106,7 +111,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// references; nothing is created or changed meanwhile.
 		return ctrl.Result{}, nil
 	}
-	w, err := r.snapshot(ctx, cluster)
+	w, err := r.observe(ctx, cluster)
 	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {
 		return ctrl.Result{}, nil
 	}
@@ -118,126 +123,73 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// watch event brings us back. The timer only guards a lost event.
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
-	res, stepErr := r.runSteps(ctx, w)
-	if err := r.reconcilePDB(ctx, w); err != nil && stepErr == nil {
-		stepErr = err
+	r.maintain(ctx, w)
+	p := decide(w)
+	o := r.act(ctx, w, p.change)
+	if err := r.reconcilePDB(ctx, w); err != nil {
+		w.features.failed = append(w.features.failed, err.Error())
 	}
-	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, stepErr) {
+	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, o.err) {
 		// Everything in the namespace is going; creating more only fails.
 		return ctrl.Result{}, nil
 	}
-	if err := r.writeStatus(ctx, w); err != nil {
+	if err := r.report(ctx, w, p, o); err != nil {
 		if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
-	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcdMembers)
-	if stepErr != nil {
+	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcd.list)
+	if o.err != nil {
 		r.Metrics.ReconcileError(cluster.Namespace, cluster.Name)
-		return ctrl.Result{}, stepErr
+		return ctrl.Result{}, o.err
 	}
-	// Come back when the progress deadline, or a joining member's own
-	// deadline, expires, if nothing else does first; and, for members that
-	// mount Secrets, soon enough to notice rotated certificates.
-	var poll *time.Duration
+	return ctrl.Result{RequeueAfter: requeue(w, p, o)}, nil
+}
+
+// maintain runs the steps beside the membership planner: the cert-manager
+// Certificates, the Services, the root password. Each reports what went
+// wrong into the world's features; none stops the pass.
+func (r *Reconciler) maintain(ctx context.Context, w *world) {
+	if err := r.ensureCertificates(ctx, w); err != nil {
+		w.features.failed = append(w.features.failed, err.Error())
+		log.FromContext(ctx).Info("Ensuring the cert-manager Certificates failed; membership repair goes on", "error", err.Error())
+	}
+	if w.features.certManagerMissing != "" && w.cluster.Status.ClusterID == "" {
+		// Nothing of a new cluster could start without its certificates:
+		// nothing is created until cert-manager is there.
+		return
+	}
+	if err := r.ensureServices(ctx, w); err != nil {
+		w.features.failed = append(w.features.failed, err.Error())
+		log.FromContext(ctx).Info("Ensuring the Services failed; membership repair goes on", "error", err.Error())
+	}
+	r.syncAuth(ctx, w)
+}
+
+// requeue is the shortest of the timers the pass waits on: the plan's or the
+// action's, the progress deadline, a joining member's own deadline, and,
+// for members that mount Secrets, the poll that notices rotated
+// certificates.
+func requeue(w *world, p plan, o outcome) time.Duration {
+	var next time.Duration
+	consider := func(d *time.Duration, pad time.Duration) {
+		if d != nil && *d >= 0 && (next == 0 || *d+pad < next) {
+			next = *d + pad
+		}
+	}
+	if p.requeue > 0 {
+		consider(&p.requeue, 0)
+	}
+	if o.requeue > 0 {
+		consider(&o.requeue, 0)
+	}
+	consider(deadlineTimer(w), time.Second)
+	consider(joinDeadline(w), time.Second)
 	if len(w.secrets) > 0 {
-		poll = ptr.To(secretPoll - time.Second)
+		consider(ptr.To(secretPoll-time.Second), time.Second)
 	}
-	for _, d := range []*time.Duration{wanted(w), joinDeadline(w), poll} {
-		if d != nil && (res.RequeueAfter == 0 || *d+time.Second < res.RequeueAfter) {
-			res.RequeueAfter = *d + time.Second
-		}
-	}
-	return res, nil
-}
-
-func (r *Reconciler) runSteps(ctx context.Context, w *world) (ctrl.Result, error) {
-	steps := []step{
-		r.ensureCertificates,
-		r.ensureServices,
-		r.initialize,
-		r.latchTarget,
-		r.bootstrap,
-		r.authLatch,
-		r.readEtcd,
-		r.recordJoined,
-		r.changeMembership,
-		r.scale,
-		r.rollOut,
-		r.enableAuth,
-	}
-	for _, s := range steps {
-		res, err := s(ctx, w)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if res != nil {
-			return *res, nil
-		}
-	}
-	return ctrl.Result{}, nil
-}
-
-// snapshot gathers the members the cluster controls, by the UID in their
-// controller reference: labels can be edited, and members of an earlier
-// cluster of the same name are not ours to touch.
-func (r *Reconciler) snapshot(ctx context.Context, c *v1alpha2.EtcdCluster) (*world, error) {
-	list := &v1alpha2.EtcdMemberList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), index.ByController(string(c.UID))); err != nil {
-		return nil, fmt.Errorf("listing members: %w", err)
-	}
-	w := &world{cluster: c, original: c.DeepCopy(), now: r.Clock.Now(), pods: map[string]*corev1.Pod{}}
-	for i := range list.Items {
-		m := &list.Items[i]
-		w.members = append(w.members, m)
-		pod := &corev1.Pod{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod); err == nil {
-			w.pods[m.Name] = pod
-		}
-	}
-	if err := r.readSecrets(ctx, w); err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-// readSecrets reads the Secrets the running members mount, from the API
-// server: the operator does not cache Secrets. A missing Secret or key is
-// recorded, not an error: the members report it, and a roll-out holds.
-func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
-	for _, m := range w.running() {
-		for _, u := range manifest.MountedSecrets(m) {
-			sec, ok := w.secrets[u.Name]
-			if !ok {
-				sec = &corev1.Secret{}
-				err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: u.Name}, sec)
-				switch {
-				case apierrors.IsNotFound(err):
-					sec = nil
-				case err != nil:
-					return fmt.Errorf("reading Secret %s: %w", u.Name, err)
-				}
-				if w.secrets == nil {
-					w.secrets = map[string]*corev1.Secret{}
-				}
-				w.secrets[u.Name] = sec
-			}
-			switch {
-			case w.secretProblem != "":
-			case sec == nil:
-				w.secretProblem = fmt.Sprintf("Secret %s (the %s) does not exist", u.Name, u.Purpose)
-			case u.MissingKey(sec) != "":
-				w.secretProblem = fmt.Sprintf("Secret %s (the %s) has no key %s", u.Name, u.Purpose, u.MissingKey(sec))
-			}
-		}
-	}
-	for name, sec := range w.secrets {
-		if sec == nil {
-			delete(w.secrets, name)
-		}
-	}
-	return nil
+	return next
 }
 
 // clusterOfSlice maps an EndpointSlice of a cluster's headless Service (its
@@ -253,12 +205,6 @@ func clusterOfSlice(_ context.Context, o client.Object) []reconcile.Request {
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
 }
-
-// stop ends the pass, optionally coming back after a real timer.
-func stop(after time.Duration) *ctrl.Result { return &ctrl.Result{RequeueAfter: after} }
-
-// done ends the pass and waits for the next watch event.
-func done() *ctrl.Result { return &ctrl.Result{} }
 
 func logf(ctx context.Context, w *world) func(msg string, kv ...any) {
 	l := log.FromContext(ctx).WithValues("etcdcluster", client.ObjectKeyFromObject(w.cluster))

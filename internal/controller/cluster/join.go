@@ -1,22 +1,11 @@
 package cluster
 
 import (
-	"context"
-	"fmt"
-	"time"
-
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
-	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
+	"github.com/seed74754924/etcd-operator/internal/version"
 )
 
 // A member joins in steps, each recoverable after a crash: its EtcdMember
@@ -32,130 +21,131 @@ import (
 
 // recordJoined finishes the third step for members etcd already lists: the
 // operator stopped between adding one and recording it. No etcd change.
-func (r *Reconciler) recordJoined(ctx context.Context, w *world) (*ctrl.Result, error) {
-	if w.etcdMembers == nil {
-		return nil, nil
+func (pl *planner) recordJoined() bool {
+	w := pl.w
+	if w.etcd.list == nil {
+		return false
 	}
 	for _, m := range w.pending() {
 		if !m.Spec.Bootstrap && w.etcdMemberOf(m) != nil {
-			if err := r.setInitialCluster(ctx, m, initialClusterFor(w, m)); err != nil {
-				return nil, err
-			}
+			return pl.act(&change{kind: recordJoined, member: m, initial: initialClusterFor(w, m)})
 		}
 	}
-	return nil, nil
+	return false
 }
 
-// addPending adds a created member to etcd as a learner and records the
-// membership as its initialCluster. etcd holds one learner at a time.
-func (r *Reconciler) addPending(ctx context.Context, w *world) (*ctrl.Result, error) {
+// addPending adds a created member to etcd as a learner. etcd holds one
+// learner at a time.
+func (pl *planner) addPending() bool {
+	w := pl.w
+	if w.etcd.list == nil {
+		return false
+	}
 	for _, m := range w.pending() {
 		if m.Spec.Bootstrap || w.etcdMemberOf(m) != nil {
 			continue
 		}
 		if l := w.learner(); l != nil {
-			w.working(conditions.ReasonScalingUp, fmt.Sprintf("Waiting for learner %s before adding %s", strangerName(*l), m.Name))
-			return nil, nil
+			pl.working(conditions.ReasonScalingUp, "Waiting for learner %s before adding %s", strangerName(*l), m.Name)
+			return false
 		}
-		if res, err, wait := r.readyToAdd(ctx, w, m); wait {
-			return res, err
+		if prepared := m.Annotations[manifest.AnnotationJoinCluster]; prepared != "" && w.joinGate {
+			if prepared != joinClusterFor(w, m) {
+				pl.working(conditions.ReasonReplacingMember, "Replacing member %s: etcd's membership changed since it was prepared to join", m.Name)
+				return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+					message: "Replacing member " + m.Name + ": etcd's membership changed since it was prepared to join"})
+			}
+			if !published(w, m) {
+				// The EndpointSlice's change brings the next pass; a member
+				// that never gets there is retired by a later stage.
+				pl.working(conditions.ReasonScalingUp, "Waiting for the Pod of %s to be in the cluster's endpoints before adding it", m.Name)
+				return false
+			}
 		}
 		if d := quorum.AddLearner(w.voters()); !d.OK {
-			r.refuse(w, d.Reason)
-			return nil, nil
+			pl.refuse(nil, "%s", d.Reason)
+			return false
 		}
-		w.working(conditions.ReasonScalingUp, fmt.Sprintf("Adding member %s", m.Name))
-		var added *etcd.Member
-		err := r.withClient(ctx, w, nil, func(ctx context.Context, c etcd.Client) error {
-			var err error
-			added, err = c.MemberAddAsLearner(ctx, []string{manifest.PeerURL(m)})
-			return err
-		})
-		r.Metrics.MembershipOp(w.cluster, "add-learner", err)
-		if err != nil {
-			return r.retryable(ctx, w, "adding "+m.Name+" as a learner", err)
-		}
-		w.etcdMembers.Members = append(w.etcdMembers.Members, *added)
-		r.event(w.cluster, false, "MemberAdded", "AddLearner", "Added %s to etcd as learner %s", m.Name, etcd.FormatID(added.ID))
-		if err := r.setInitialCluster(ctx, m, initialClusterFor(w, m)); err != nil {
-			return nil, err
-		}
-		return done(), nil
+		pl.working(conditions.ReasonScalingUp, "Adding member %s", m.Name)
+		return pl.act(&change{kind: addLearner, member: m})
 	}
-	return nil, nil
+	return false
 }
 
-// prepareJoin records on a new member the membership it will join with, so
-// that its Pod starts (held by the join gate) while etcd is asked to add it.
-func (r *Reconciler) prepareJoin(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
-	if r.OperatorImage == "" || m.Annotations[manifest.AnnotationJoinCluster] != "" {
-		return nil
-	}
-	patch := client.MergeFrom(m.DeepCopy())
-	metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationJoinCluster, joinClusterFor(w, m))
-	if err := r.Client.Patch(ctx, m, patch); err != nil {
-		return fmt.Errorf("recording the join cluster of %s: %w", m.Name, err)
-	}
-	return nil
-}
-
-// readyToAdd holds the add of a member whose Pod starts first until its
-// address is in the headless Service's endpoints. A member prepared for a
-// membership that has changed since is replaced: its etcd would not find
-// the membership it was told. It halts the pass when it waits or acted.
-func (r *Reconciler) readyToAdd(ctx context.Context, w *world, m *v1alpha2.EtcdMember) (*ctrl.Result, error, bool) {
-	prepared := m.Annotations[manifest.AnnotationJoinCluster]
-	if prepared == "" || r.OperatorImage == "" {
-		return nil, nil, false
-	}
-	if prepared != joinClusterFor(w, m) {
-		res, err := r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
-			fmt.Sprintf("Replacing member %s: etcd's membership changed since it was prepared to join", m.Name))
-		return res, err, true
-	}
-	if !r.reachable(ctx, w, m) {
-		w.working(conditions.ReasonScalingUp, fmt.Sprintf("Waiting for the Pod of %s to be in the cluster's endpoints before adding it", m.Name))
-		// The EndpointSlice's change brings us back.
-		return nil, nil, true
-	}
-	return nil, nil, false
-}
-
-// reachable reports whether the member's Pod address is in an EndpointSlice
+// published reports whether the member's Pod address is in an EndpointSlice
 // of the headless Service its DNS name comes from.
-func (r *Reconciler) reachable(ctx context.Context, w *world, m *v1alpha2.EtcdMember) bool {
+func published(w *world, m *v1alpha2.EtcdMember) bool {
 	pod := w.pods[m.Name]
-	if pod == nil || pod.Status.PodIP == "" {
+	return pod != nil && pod.Status.PodIP != "" && w.published[manifest.ServiceName(m)][pod.Status.PodIP]
+}
+
+// promoteLearner promotes etcd's learner once it has caught up with the
+// leader, by both their fresh reports. A learner that is leaving, lost or
+// not started yet holds nothing else up.
+func (pl *planner) promoteLearner() bool {
+	w := pl.w
+	em := w.learner()
+	if em == nil {
 		return false
 	}
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, slices, client.InNamespace(m.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: manifest.ServiceName(m)}); err != nil {
+	m := w.memberOf(*em)
+	if m == nil || deleting(m) || m.Spec.Dormant || lost(m) {
 		return false
 	}
-	for _, s := range slices.Items {
-		for _, e := range s.Endpoints {
-			if slicesContains(e.Addresses, pod.Status.PodIP) {
-				return true
+	pl.working(conditions.ReasonPromotingLearner, "Waiting for learner %s to catch up", m.Name)
+	if why := w.podProblem(m); why != "" || m.Status.MemberID == "" {
+		// The learner does not serve yet; its Pod's and its member's
+		// status changes wake us.
+		return false
+	}
+	if ok, why := w.caughtUp(m); !ok {
+		// Catching up is not watched: look again shortly.
+		return pl.wait(etcdRetry, conditions.ReasonPromotingLearner, "Waiting for learner %s to catch up: %s", m.Name, why)
+	}
+	if d := quorum.Promote(w.voters(), m.Name, true); !d.OK {
+		pl.refuse(m, "%s", d.Reason)
+		return false
+	}
+	pl.working(conditions.ReasonPromotingLearner, "Promoting learner %s", m.Name)
+	return pl.act(&change{kind: promote, member: m, etcdID: em.ID})
+}
+
+// joinTarget is what a new or replacement member is made from: the latched
+// target, at a version the running cluster accepts. etcd refuses a member
+// older than its cluster version, so while a downgrade has not lowered the
+// cluster version yet, a member joins at the version the others run and the
+// roll-out brings it down with them (issue: a 3.5 learner never joins a 3.6
+// cluster).
+func joinTarget(w *world) *v1alpha2.ObservedClusterSpec {
+	o := w.cluster.Status.Observed.DeepCopy()
+	o.Version = joinVersion(w)
+	return o
+}
+
+// joinVersion is the version a member that joins now runs.
+func joinVersion(w *world) string {
+	target := w.cluster.Status.Observed.Version
+	cv, tv := w.cluster.Status.ClusterVersion, minorOf(target)
+	t, err1 := version.Parse(target)
+	c, err2 := version.Parse(cv + ".0")
+	if cv == "" || err1 != nil || err2 != nil || t.Minor >= c.Minor || t.Major != c.Major {
+		return target
+	}
+	for _, m := range w.running() {
+		for _, v := range []string{m.Status.Version, m.Spec.Version} {
+			if v != "" && minorOf(v) == cv && minorOf(v) != tv {
+				return v
 			}
 		}
 	}
-	return false
-}
-
-func slicesContains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
+	return target
 }
 
 // joinClusterFor is the --initial-cluster a member not yet in etcd will join
 // with: etcd's membership now, and itself.
 func joinClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
 	peers := map[string]string{joining.Name: manifest.PeerURL(joining)}
-	for _, em := range w.etcdMembers.Members {
+	for _, em := range w.etcd.list.Members {
 		if len(em.PeerURLs) == 0 {
 			continue
 		}
@@ -170,27 +160,12 @@ func joinClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
 	return manifest.InitialCluster(peers)
 }
 
-// setInitialCluster records etcd's view of the membership on a member; from
-// then on the member controller may start its Pod.
-func (r *Reconciler) setInitialCluster(ctx context.Context, m *v1alpha2.EtcdMember, initial string) error {
-	patch := client.MergeFrom(m.DeepCopy())
-	m.Spec.InitialCluster = initial
-	if m.Labels == nil {
-		m.Labels = map[string]string{}
-	}
-	m.Labels[manifest.LabelComponent] = m.Name
-	if err := r.Client.Patch(ctx, m, patch); err != nil {
-		return fmt.Errorf("recording initialCluster of %s: %w", m.Name, err)
-	}
-	return nil
-}
-
 // initialClusterFor renders --initial-cluster from etcd's own membership. A
 // member that has not started yet has no name in etcd; the one joining now is
 // named after its EtcdMember.
 func initialClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
 	peers := map[string]string{}
-	for _, em := range w.etcdMembers.Members {
+	for _, em := range w.etcd.list.Members {
 		if len(em.PeerURLs) == 0 {
 			continue
 		}
@@ -203,69 +178,4 @@ func initialClusterFor(w *world, joining *v1alpha2.EtcdMember) string {
 		}
 	}
 	return manifest.InitialCluster(peers)
-}
-
-// promoteLearner promotes etcd's learner once its applied index has caught
-// up with the leader's, read through the Maintenance Status RPC. A learner
-// that is leaving, lost or not started yet holds nothing else up.
-func (r *Reconciler) promoteLearner(ctx context.Context, w *world) (*ctrl.Result, error) {
-	em := w.learner()
-	if em == nil {
-		return nil, nil
-	}
-	m := w.memberOf(*em)
-	if m == nil || deleting(m) || m.Spec.Dormant || lost(m) {
-		return nil, nil
-	}
-	w.working(conditions.ReasonPromotingLearner, fmt.Sprintf("Waiting for learner %s to catch up", m.Name))
-	if m.Status.MemberID == "" || !ready(m) {
-		// The learner does not serve yet; its member controller reports the
-		// moment it does, and that status change wakes us.
-		return nil, nil
-	}
-	began := time.Now()
-	caughtUp, err := r.caughtUp(ctx, w, m)
-	log.FromContext(ctx).V(1).Info("Asked whether the learner caught up", "member", m.Name, "caughtUp", caughtUp, "error", err, "took", time.Since(began).String())
-	if err != nil || !caughtUp {
-		// Catching up is not watched: ask again shortly.
-		return stop(etcdRetry), nil
-	}
-	if d := quorum.Promote(w.voters(), m.Name, true); !d.OK {
-		r.refuse(w, d.Reason)
-		return nil, nil
-	}
-	err = r.withClient(ctx, w, nil, func(ctx context.Context, c etcd.Client) error { return c.MemberPromote(ctx, em.ID) })
-	r.Metrics.MembershipOp(w.cluster, "promote", err)
-	if err != nil {
-		return r.retryable(ctx, w, "promoting "+m.Name, err)
-	}
-	em.IsLearner = false
-	patch := client.MergeFrom(m.DeepCopy())
-	m.Status.IsVoter = true
-	if err := r.Client.Status().Patch(ctx, m, patch); err != nil {
-		return nil, fmt.Errorf("recording %s as a voter: %w", m.Name, err)
-	}
-	r.event(w.cluster, false, "MemberPromoted", "Promote", "Promoted learner %s to voter", m.Name)
-	logf(ctx, w)("Promoted learner", "member", m.Name)
-	// The member's status change brings the next pass.
-	return done(), nil
-}
-
-// caughtUp compares the learner's applied index with the leader's. etcd itself
-// accepts a learner within 90% of the leader's log; asking first avoids blind
-// retries of MemberPromote.
-func (r *Reconciler) caughtUp(ctx context.Context, w *world, learner *v1alpha2.EtcdMember) (bool, error) {
-	ls, err := r.status(ctx, w, learner)
-	if err != nil {
-		return false, err
-	}
-	leader := w.byID(ls.Leader)
-	if leader == nil {
-		return false, fmt.Errorf("learner %s sees no leader it can name", learner.Name)
-	}
-	lead, err := r.status(ctx, w, leader)
-	if err != nil {
-		return false, err
-	}
-	return ls.RaftAppliedIndex*10 >= lead.RaftAppliedIndex*9, nil
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
@@ -18,7 +16,7 @@ import (
 // that remain stays up. With no voter running there is nothing to protect
 // and the budget is removed.
 func (r *Reconciler) reconcilePDB(ctx context.Context, w *world) error {
-	voters, unavailable := r.budgetCounts(ctx, w)
+	voters, unavailable := r.budgetCounts(w)
 	want := manifest.PodDisruptionBudget(w.cluster, manifest.PDBMinAvailable(voters, int32(w.desired()), unavailable))
 	have := &policyv1.PodDisruptionBudget{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
@@ -50,22 +48,23 @@ func (r *Reconciler) reconcilePDB(ctx context.Context, w *world) error {
 // until they are gone they count towards quorum) and how many voters the
 // budget would count as available although they are not: being removed
 // (their Pods may still carry the role label the budget selects on), or
-// known unhealthy while their Pod still reads Ready (a Pod on a node that
+// unhealthy by etcd's fresh report while their Pod still reads Ready (a
+// member cut off from its peers until its probe fails; a Pod on a node that
 // stopped answering keeps its last status until the node is declared lost).
-func (r *Reconciler) budgetCounts(ctx context.Context, w *world) (voters, unavailable int32) {
+func (r *Reconciler) budgetCounts(w *world) (voters, unavailable int32) {
 	for _, m := range w.members {
 		if m.Spec.Dormant || !w.isVoter(m) {
 			continue
 		}
 		voters++
-		if deleting(m) || (!healthy(m) && r.podReady(ctx, m)) {
+		if deleting(m) || (!w.healthy(m) && w.pods[m.Name] != nil && podReady(w.pods[m.Name])) {
 			unavailable++
 		}
 	}
-	if w.etcdMembers != nil {
+	if w.etcd.list != nil {
 		// Voters no EtcdMember accounts for count too.
 		n := int32(0)
-		for _, em := range w.etcdMembers.Members {
+		for _, em := range w.etcd.list.Members {
 			if !em.IsLearner {
 				n++
 			}
@@ -73,18 +72,4 @@ func (r *Reconciler) budgetCounts(ctx context.Context, w *world) (voters, unavai
 		voters = max(voters, n)
 	}
 	return voters, unavailable
-}
-
-// podReady reports whether the member's Pod reads Ready to Kubernetes.
-func (r *Reconciler) podReady(ctx context.Context, m *v1alpha2.EtcdMember) bool {
-	pod := &corev1.Pod{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod); err != nil {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -1,11 +1,8 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"time"
-
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -14,28 +11,33 @@ import (
 )
 
 // retireLost deletes a member that cannot come back as itself (tmpfs Pod
-// gone, data directory or claim lost, node gone) when etcd may lose it:
-// learners first, then voters whose removal keeps quorum. Its removal from
-// etcd follows (removeLeaving), and scaling adds a fresh member in its place.
-func (r *Reconciler) retireLost(ctx context.Context, w *world) (*ctrl.Result, error) {
+// gone, data directory or claim lost, node gone, removed from etcd by
+// someone else) when etcd may lose it: learners first, then voters whose
+// removal keeps quorum. Its removal from etcd follows (removeLeaving), and
+// scaling adds a fresh member in its place.
+func (pl *planner) retireLost() bool {
+	w := pl.w
+	if w.etcd.list == nil {
+		return false
+	}
 	if m := removedOutside(w); m != nil {
-		w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which etcd no longer lists", m.Name))
-		return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
-			fmt.Sprintf("Removing member %s to replace it: etcd no longer lists it (it was removed from etcd outside the operator) and it can never rejoin as itself", m.Name))
+		pl.working(conditions.ReasonReplacingMember, "Replacing member %s, which etcd no longer lists", m.Name)
+		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember, message: fmt.Sprintf(
+			"Removing member %s to replace it: etcd no longer lists it (it was removed from etcd outside the operator) and it can never rejoin as itself", m.Name)})
 	}
 	for _, m := range lostFirstLearners(w) {
 		if em := w.etcdMemberOf(m); em != nil && !em.IsLearner {
 			if d := quorum.Remove(w.voters(), m.Name); !d.OK {
-				r.refuse(w, fmt.Sprintf("replacing lost member %s waits: %s", m.Name, d.Reason))
+				pl.refuse(m, "replacing lost member %s waits: %s", m.Name, d.Reason)
 				continue
 			}
 		}
-		w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing lost member %s", m.Name))
+		pl.working(conditions.ReasonReplacingMember, "Replacing lost member %s", m.Name)
 		why := conditions.Get(m.Status.Conditions, conditions.Lost)
-		return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
-			fmt.Sprintf("Removing lost member %s to replace it (%s: %s)", m.Name, why.Reason, why.Message))
+		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+			message: fmt.Sprintf("Removing lost member %s to replace it (%s: %s)", m.Name, why.Reason, why.Message)})
 	}
-	return nil, nil
+	return false
 }
 
 // removedOutside finds a running member that joined etcd (it has its
@@ -67,32 +69,37 @@ func lostFirstLearners(w *world) []*v1alpha2.EtcdMember {
 }
 
 // retireStuckJoiners deletes members that will not join as they are: made
-// for an earlier target and not ready (members are never re-templated), or
-// never started within the progress deadline (unschedulable, a claim that
-// never binds). Such a member may hold etcd's single learner slot; a fresh
-// one from the current target takes its place.
-func (r *Reconciler) retireStuckJoiners(ctx context.Context, w *world) (*ctrl.Result, error) {
+// for an earlier target and not a voter (members are never re-templated
+// before they joined), or never started within the progress deadline
+// (unschedulable, a claim that never binds). Such a member may hold etcd's
+// single learner slot; a fresh one from the current target takes its place.
+func (pl *planner) retireStuckJoiners() bool {
+	w := pl.w
+	if w.etcd.list == nil {
+		return false
+	}
+	join := joinTarget(w)
 	for _, m := range w.running() {
-		if w.isVoter(m) || ready(m) || (m.Spec.Bootstrap && w.cluster.Status.ClusterID == "") {
+		if w.isVoter(m) || w.healthy(m) || (m.Spec.Bootstrap && w.cluster.Status.ClusterID == "") {
 			continue
 		}
-		if !manifest.UpToDate(m, w.cluster.Status.Observed) {
-			w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which never joined and was made for an earlier target", m.Name))
-			return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
-				fmt.Sprintf("Removing member %s: it never became a ready voter and the target changed since it was made", m.Name))
+		if !manifest.UpToDate(m, join) {
+			pl.working(conditions.ReasonReplacingMember, "Replacing member %s, which never joined and was made for an earlier target", m.Name)
+			return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+				message: fmt.Sprintf("Removing member %s: it never became a ready voter and the target changed since it was made", m.Name)})
 		}
 		limit := time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second
 		if m.Status.MemberID == "" && !w.now.Before(m.CreationTimestamp.Add(limit)) {
-			w.working(conditions.ReasonReplacingMember, fmt.Sprintf("Replacing member %s, which did not start within %s", m.Name, limit))
+			pl.working(conditions.ReasonReplacingMember, "Replacing member %s, which did not start within %s", m.Name, limit)
 			why := "no reason reported"
 			if c := conditions.Get(m.Status.Conditions, conditions.Ready); c != nil {
 				why = c.Message
 			}
-			return r.deleteMember(ctx, w, m, conditions.ReasonReplacingMember,
-				fmt.Sprintf("Removing member %s: it did not start within %s (%s)", m.Name, limit, why))
+			return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+				message: fmt.Sprintf("Removing member %s: it did not start within %s (%s)", m.Name, limit, why)})
 		}
 	}
-	return nil, nil
+	return false
 }
 
 // joinDeadline is when a member that has not started yet is given up, for

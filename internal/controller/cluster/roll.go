@@ -1,20 +1,14 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
-	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 	"github.com/seed74754924/etcd-operator/internal/version"
@@ -29,62 +23,129 @@ const settle = 5 * time.Second
 // were made from (version, resources, options, scheduling, metadata,
 // storage size), members are brought to it one at a time. A member keeps its
 // name, claim and etcd identity: its spec is re-templated and its Pod
-// restarted on the same claim (a memory-backed member, whose data would go
-// with its Pod, is replaced through the learner path instead). Followers go
-// first, the leader last after handing its leadership over; each restart only
-// when the rest keep a quorum, the next only once the previous is Ready again
-// and settled. Everything is derived from the members and their Pods, so an
-// operator that dies at any point resumes without restarting members already
-// done.
+// evicted (through the PodDisruptionBudget) and made again on the same
+// claim; a memory-backed member, whose data would go with its Pod, is
+// replaced through the learner path instead. Followers go first, the leader
+// last after handing its leadership over; each restart only when the others
+// stay a healthy quorum by etcd's fresh report, the next only once every
+// member is healthy again and settled. Everything is derived from the
+// members, their Pods and etcd, so an operator that dies at any point
+// resumes without restarting members already done.
+
+// cancelStaleDowngrade cancels a downgrade etcd still runs for a target
+// that is no longer one minor down (the spec went back up half-way): etcd
+// would otherwise keep the lower cluster version for good.
+func (pl *planner) cancelStaleDowngrade() bool {
+	w := pl.w
+	dt := w.etcd.downgradeTarget
+	if dt == "" || w.etcd.list == nil || w.cluster.Status.Observed == nil {
+		return false
+	}
+	if minorOf(dt) == minorOf(w.cluster.Status.Observed.Version) {
+		return false
+	}
+	pl.working(conditions.ReasonRollingOut, "Cancelling etcd's downgrade to %s: the target is now %s", minorOf(dt), w.cluster.Status.Observed.Version)
+	return pl.act(&change{kind: cancelDowngrade, version: dt})
+}
 
 // rollOut makes one roll-out step, when the membership is otherwise settled.
-func (r *Reconciler) rollOut(ctx context.Context, w *world) (*ctrl.Result, error) {
+func (pl *planner) rollOut() bool {
+	w := pl.w
 	if !readyToRoll(w) {
-		return nil, nil
+		return false
 	}
 	outdated := outdated(w)
 	if len(outdated) == 0 {
-		// The last member restarted must come back before the roll is
-		// done (or, past the deadline, is reported stuck).
-		if res := r.waitSettled(w); res != nil {
-			return res, nil
-		}
-		if lr := w.cluster.Status.LastRollOut; lr != nil && lr.CompletionTime == nil {
-			lr.CompletionTime = &metav1.Time{Time: w.now}
-			r.event(w.cluster, false, conditions.ReasonRollingOut, "RollOut", "Roll-out complete: %d members restarted (%s)", len(lr.Restarted), lr.Message)
-		}
-		return r.checkClusterVersion(ctx, w)
+		return pl.finishRoll()
 	}
-	if res, err, halt := r.versionGate(ctx, w); halt {
-		return res, err
+	if pl.versionGate() {
+		return true
 	}
-	if res := r.waitSettled(w); res != nil {
-		return res, nil
+	// A member that is down and still outdated is the one to restart
+	// next (it costs nothing that is not lost already, and a restart may be
+	// what brings it back); any other unhealthy member holds the roll.
+	m := downAndOutdated(w)
+	if m == nil && pl.waitSettled() {
+		return true
 	}
 	if w.secretProblem != "" {
 		// A restarted member could not start again.
-		w.working(conditions.ReasonSecretMissing, "The roll-out waits: "+w.secretProblem)
-		return done(), nil
+		pl.working(conditions.ReasonSecretMissing, "The roll-out waits: %s", w.secretProblem)
+		return true
 	}
-	m := r.nextToRoll(ctx, w, outdated)
-	w.working(conditions.ReasonRollingOut, fmt.Sprintf("%d of %d members up to date; rolling %s", w.desired()-len(outdated), w.desired(), m.Name))
+	if m == nil {
+		m = nextToRoll(w, outdated)
+	}
+	pl.working(conditions.ReasonRollingOut, "%d of %d members up to date; rolling %s", w.desired()-len(outdated), w.desired(), m.Name)
 	if m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory {
-		// Its data lives in the Pod: replace it, a new member joins from the
+		// Its data lives in the Pod: replace it; a new member joins from the
 		// target as a learner.
 		if d := quorum.Remove(w.voters(), m.Name); !d.OK {
-			r.refuse(w, fmt.Sprintf("rolling %s waits: %s", m.Name, d.Reason))
-			return done(), nil
+			pl.refuse(m, "rolling %s waits: %s", m.Name, d.Reason)
+			return true
 		}
-		return r.deleteMember(ctx, w, m, conditions.ReasonRollingOut, fmt.Sprintf("Replacing memory-backed member %s to roll out the new target", m.Name))
+		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonRollingOut,
+			message: fmt.Sprintf("Replacing memory-backed member %s to roll out the new target", m.Name)})
 	}
-	return r.restartMember(ctx, w, m)
+	if d := quorum.Restart(w.voters(), m.Name); !d.OK {
+		pl.refuse(m, "rolling %s waits: %s", m.Name, d.Reason)
+		return true
+	}
+	c := &change{kind: restart, member: m}
+	if w.leaderMember() == m {
+		c.handOver = transferee(w, m)
+	}
+	return pl.act(c)
+}
+
+// downAndOutdated is the only member that is not healthy, when it is also
+// not up to date; nil otherwise.
+func downAndOutdated(w *world) *v1alpha2.EtcdMember {
+	var down *v1alpha2.EtcdMember
+	for _, m := range w.running() {
+		if w.healthy(m) && w.isVoter(m) {
+			continue
+		}
+		if down != nil {
+			return nil
+		}
+		down = m
+	}
+	if down == nil || w.pods[down.Name] == nil || w.upToDate(down) || !w.isVoter(down) {
+		// No Pod: one is being made, from the member's spec as it is.
+		return nil
+	}
+	return down
 }
 
 // readyToRoll: the cluster formed, has exactly its members, none leaving,
 // pending or learning: scaling and repair come first.
 func readyToRoll(w *world) bool {
-	return w.etcdMembers != nil && w.cluster.Status.ClusterID != "" && len(w.running()) == w.desired() &&
-		len(w.leaving()) == 0 && len(w.pending()) == 0 && w.learner() == nil
+	return w.etcd.list != nil && w.cluster.Status.ClusterID != "" && w.cluster.Status.Observed != nil &&
+		len(w.running()) == w.desired() && len(w.leaving()) == 0 && len(w.pending()) == 0 && w.learner() == nil
+}
+
+// finishRoll waits for the last member restarted, records the roll-out's
+// end, and waits for etcd's cluster version to reach the target's minor.
+func (pl *planner) finishRoll() bool {
+	w := pl.w
+	if pl.waitSettled() {
+		return true
+	}
+	if lr := w.cluster.Status.LastRollOut; lr != nil && lr.CompletionTime == nil {
+		next := w.cluster.Status.DeepCopy()
+		next.LastRollOut.CompletionTime = &metav1.Time{Time: w.now}
+		return pl.act(&change{kind: latchStatus, status: next, reason: conditions.ReasonRollingOut,
+			message: fmt.Sprintf("Roll-out complete: %d members restarted (%s)", len(lr.Restarted), lr.Message)})
+	}
+	target, err := version.Parse(w.cluster.Status.Observed.Version)
+	if err != nil || w.cluster.Status.ClusterVersion == target.MinorString() {
+		return false
+	}
+	// etcd raises its cluster version by itself a moment after the last
+	// member; it is not watched.
+	return pl.wait(versionPoll, conditions.ReasonRollingOut, "Every member runs %s; waiting for etcd's cluster version to reach %s",
+		target, target.MinorString())
 }
 
 // outdated lists the running members whose spec is older than the target,
@@ -108,33 +169,41 @@ func podOutdated(w *world, m *v1alpha2.EtcdMember) bool {
 	return pod != nil && pod.Annotations[manifest.AnnotationTemplateHash] != manifest.TemplateHash(m)
 }
 
-// waitSettled holds the roll while a member is not Ready, or became Ready
-// less than the settle period ago. A restarted member that does not come
-// back within the progress deadline stops the roll: Degraded names it with
-// its last log lines.
-func (r *Reconciler) waitSettled(w *world) *ctrl.Result {
+// waitSettled holds the roll while a member is not healthy by etcd's fresh
+// report, or became Ready less than the settle period ago. A restarted
+// member that does not come back within the progress deadline stops the
+// roll: Degraded names it with its last log lines.
+func (pl *planner) waitSettled() bool {
+	w := pl.w
 	for _, m := range w.running() {
-		if !ready(m) || !w.isVoter(m) {
+		if ok, why := w.health(m); !ok || !w.isVoter(m) {
 			if overdue(w) {
-				w.stuck = fmt.Sprintf("the roll-out stopped: member %s is not ready on %s: %s", m.Name, m.Spec.Version, r.lastWords(w, m))
-				r.warnOnce(w, conditions.ReasonRollOutStuck, "RollOut", w.stuck, m)
+				pl.p.stuck = &refusal{message: fmt.Sprintf("the roll-out stopped: member %s is not ready on %s: %s", m.Name, m.Spec.Version, lastWords(w, m)), about: m}
 			}
-			w.working(conditions.ReasonRollingOut, fmt.Sprintf("Waiting for member %s to be ready before rolling the next", m.Name))
-			return done()
+			if why == "" {
+				why = "not a voter"
+			}
+			pl.working(conditions.ReasonRollingOut, "Waiting for member %s to be healthy before rolling the next (%s)", m.Name, why)
+			// Pod and member changes bring the next pass; etcd's own
+			// recovery (a leader again) is not watched.
+			pl.p.requeue = unreachableRetry
+			return true
 		}
 		c := conditions.Get(m.Status.Conditions, conditions.Ready)
+		if c == nil {
+			continue
+		}
 		if since := w.now.Sub(c.LastTransitionTime.Time); since < settle {
-			w.working(conditions.ReasonRollingOut, fmt.Sprintf("Letting member %s settle before rolling the next", m.Name))
 			// Readiness does not change again to wake us: wait it out.
-			return stop(settle - since)
+			return pl.wait(settle-since, conditions.ReasonRollingOut, "Letting member %s settle before rolling the next", m.Name)
 		}
 	}
-	return nil
+	return false
 }
 
 // lastWords is what the member's etcd said last before it stopped, or why
 // its container does not run.
-func (r *Reconciler) lastWords(w *world, m *v1alpha2.EtcdMember) string {
+func lastWords(w *world, m *v1alpha2.EtcdMember) string {
 	pod := w.pods[m.Name]
 	if pod == nil {
 		return "its Pod is gone"
@@ -165,8 +234,8 @@ func lastLines(s string, n int) string {
 }
 
 // nextToRoll picks followers first (oldest first) and the leader last.
-func (r *Reconciler) nextToRoll(ctx context.Context, w *world, outdated []*v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
-	leader := r.leaderOf(ctx, w)
+func nextToRoll(w *world, outdated []*v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
+	leader := w.leaderMember()
 	ordered := newest(outdated)
 	for i := len(ordered) - 1; i >= 0; i-- {
 		if ordered[i] != leader {
@@ -176,112 +245,15 @@ func (r *Reconciler) nextToRoll(ctx context.Context, w *world, outdated []*v1alp
 	return ordered[0]
 }
 
-// leaderOf asks a member which member leads.
-func (r *Reconciler) leaderOf(ctx context.Context, w *world) *v1alpha2.EtcdMember {
-	for _, m := range w.endpoints() {
-		if st, err := r.status(ctx, w, m); err == nil && st.Leader != 0 {
-			return w.byID(st.Leader)
-		}
-	}
-	return nil
-}
-
-// restartMember brings one member to the target: quorum first, leadership
-// handed over if it leads, its spec re-templated, its Pod deleted (the member
-// controller starts a new one from the new spec on the same claim). Each of
-// these is idempotent and checked afresh, so a crash between them is
-// finished by the next pass.
-func (r *Reconciler) restartMember(ctx context.Context, w *world, m *v1alpha2.EtcdMember) (*ctrl.Result, error) {
-	if d := quorum.Restart(w.voters(), m.Name); !d.OK {
-		r.refuse(w, fmt.Sprintf("rolling %s waits: %s", m.Name, d.Reason))
-		return done(), nil
-	}
-	if em := w.etcdMemberOf(m); em != nil && !em.IsLearner {
-		if res, err := r.handOverLeadership(ctx, w, m, *em); res != nil || err != nil {
-			return res, err
-		}
-	}
-	if !podOutdated(w, m) {
-		// Its Pod runs its spec: move the spec one step on (with changed
-		// Secrets too, so that one restart brings both).
-		if err := r.nextTemplate(ctx, w, m); err != nil {
-			return nil, err
-		}
-	}
-	pod := w.pods[m.Name]
-	changed := w.changedSecrets(m)
-	if pod == nil || pod.DeletionTimestamp != nil || (!podOutdated(w, m) && len(changed) == 0) {
-		// Only the storage size changed (grown in place), or the Pod is
-		// already going.
-		return done(), nil
-	}
-	cause, why := v1alpha2.RollOutCauseSpec, fmt.Sprintf("on the new target (etcd %s)", m.Spec.Version)
-	if !podOutdated(w, m) {
-		cause, why = v1alpha2.RollOutCauseSecrets, fmt.Sprintf("to load changed certificate material (Secret %s)", strings.Join(changed, ", "))
-	}
-	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-		return nil, fmt.Errorf("restarting member %s: %w", m.Name, err)
-	}
-	recordRestart(w, m, cause, why)
-	r.event(w.cluster, false, conditions.ReasonRollingOut, "Restart", "Restarting member %s %s", m.Name, why)
-	r.event(m, false, conditions.ReasonRollingOut, "Restart", "Restarting %s", why)
-	logf(ctx, w)("Restarting member for the roll-out", "member", m.Name, "version", m.Spec.Version, "cause", cause)
-	// The Pod's deletion and the new Pod's readiness bring the next pass.
-	return done(), nil
-}
-
-// recordRestart notes a restart in status.lastRollOut, starting a new
-// record when the last one completed.
-func recordRestart(w *world, m *v1alpha2.EtcdMember, cause, why string) {
-	lr := w.cluster.Status.LastRollOut
-	if lr == nil || lr.CompletionTime != nil {
-		lr = &v1alpha2.RollOutStatus{StartTime: metav1.Time{Time: w.now}}
-		w.cluster.Status.LastRollOut = lr
-	}
-	if lr.Cause != cause {
-		// A roll for both records the spec; the Secrets ride along.
-		if lr.Cause == "" || cause == v1alpha2.RollOutCauseSpec {
-			lr.Cause = cause
-		}
-	}
-	if !strings.Contains(lr.Message, why) {
-		if lr.Message != "" {
-			lr.Message += "; "
-		}
-		lr.Message += "restarted " + why
-	}
-	if !slices.Contains(lr.Restarted, m.Name) {
-		lr.Restarted = append(lr.Restarted, m.Name)
-	}
-}
-
-// nextTemplate moves a member's spec one step towards the target: to the
-// target itself, or first, when etcd needs it (3.6 to 3.7), to a restart on
-// its current version that takes a snapshot at once.
-func (r *Reconciler) nextTemplate(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
-	patch := client.MergeFrom(m.DeepCopy())
-	from, ferr := version.Parse(m.Status.Version)
-	to, terr := version.Parse(w.cluster.Status.Observed.Version)
-	switch {
-	case ferr == nil && terr == nil && version.SnapshotFirst(from, to) && m.Annotations[manifest.AnnotationSnapshotCount] == "":
-		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationSnapshotCount, "1")
-		r.event(m, false, conditions.ReasonRollingOut, "Snapshot", "Restarting on %s with --snapshot-count=1 first: etcd %s cannot replay raft log entries older than a 3.6 snapshot", from, to)
-	case !manifest.Retemplate(m, w.cluster.Status.Observed):
-		return nil
-	}
-	if err := r.Client.Patch(ctx, m, patch); err != nil {
-		return fmt.Errorf("re-templating member %s: %w", m.Name, err)
-	}
-	return nil
-}
-
 // versionGate refuses a version change etcd's upgrade rules do not allow,
 // before any member is touched, and starts etcd's downgrade for a minor
-// downgrade. It halts the pass when it refused or acted.
-func (r *Reconciler) versionGate(ctx context.Context, w *world) (*ctrl.Result, error, bool) {
+// downgrade. It completes the plan when it refused, acted or waits.
+func (pl *planner) versionGate() bool {
+	w := pl.w
 	target, err := version.Parse(w.cluster.Status.Observed.Version)
 	if err != nil {
-		return nil, err, true
+		pl.p.versionRefused = fmt.Sprintf("version %s cannot be parsed: %v", w.cluster.Status.Observed.Version, err)
+		return true
 	}
 	var running []version.Version
 	for _, m := range w.running() {
@@ -293,85 +265,23 @@ func (r *Reconciler) versionGate(ctx context.Context, w *world) (*ctrl.Result, e
 			running = append(running, pv)
 		}
 	}
-	cluster, downgrading := r.clusterVersion(ctx, w)
+	cluster, downgrading := w.etcd.clusterVersion, w.etcd.downgradeTarget != ""
 	plan := version.Decide(running, cluster, target)
 	switch {
 	case plan.Refused != "":
-		w.blockedVersion = fmt.Sprintf("version %s refused: %s", target, plan.Refused)
-		r.warnOnce(w, conditions.ReasonVersionChangeRefused, "CheckVersion", w.blockedVersion)
-		return done(), nil, true
+		pl.p.versionRefused = fmt.Sprintf("version %s refused: %s", target, plan.Refused)
+		return true
 	case plan.Kind == version.MinorDown && !downgrading:
-		return r.enableDowngrade(ctx, w, target)
+		pl.working(conditions.ReasonRollingOut, "Enabling etcd's downgrade to %s", target.MinorString())
+		return pl.act(&change{kind: enableDowngrade, version: target.String()})
 	case plan.Kind == version.MinorDown && cluster != target.MinorString():
 		// etcd lowers its cluster version a few seconds after the
 		// downgrade is enabled, and only while every member answers: a
 		// member restarted on the older minor before that cannot join (the
 		// cluster version is newer than it), and with it down etcd never
 		// lowers the version.
-		w.working(conditions.ReasonRollingOut, fmt.Sprintf("Waiting for etcd to lower its cluster version from %s to %s before the first member restarts", cluster, target.MinorString()))
-		return stop(2 * time.Second), nil, true
+		return pl.wait(versionPoll, conditions.ReasonRollingOut, "Waiting for etcd to lower its cluster version from %s to %s before the first member restarts",
+			cluster, target.MinorString())
 	}
-	return nil, nil, false
-}
-
-// clusterVersion reads etcd's cluster version and whether a downgrade is
-// under way.
-func (r *Reconciler) clusterVersion(ctx context.Context, w *world) (string, bool) {
-	var cv string
-	var downgrading bool
-	for _, m := range w.endpoints() {
-		err := r.withClient(ctx, w, []*v1alpha2.EtcdMember{m}, func(ctx context.Context, c etcd.Client) error {
-			var err error
-			if cv, err = c.ClusterVersion(ctx, manifest.ClientURL(m)); err != nil {
-				return err
-			}
-			st, err := c.Status(ctx, manifest.ClientURL(m))
-			if err == nil {
-				downgrading = st.DowngradeTarget != ""
-			}
-			return err
-		})
-		if err == nil {
-			w.cluster.Status.ClusterVersion = cv
-			return cv, downgrading
-		}
-	}
-	return "", false
-}
-
-// enableDowngrade asks etcd to lower its cluster version by one minor, so
-// that members of the older minor may run; the roll follows.
-func (r *Reconciler) enableDowngrade(ctx context.Context, w *world, target version.Version) (*ctrl.Result, error, bool) {
-	err := r.withClient(ctx, w, nil, func(ctx context.Context, c etcd.Client) error {
-		if _, err := c.Downgrade(ctx, etcd.DowngradeValidate, target.String()); err != nil {
-			return err
-		}
-		_, err := c.Downgrade(ctx, etcd.DowngradeEnable, target.String())
-		return err
-	})
-	r.Metrics.MembershipOp(w.cluster, "downgrade-enable", err)
-	if err != nil {
-		res, rerr := r.retryable(ctx, w, "enabling etcd's downgrade to "+target.MinorString(), err)
-		return res, rerr, true
-	}
-	r.event(w.cluster, false, "DowngradeEnabled", "Downgrade", "Enabled etcd's downgrade to %s; members are rolled to %s next", target.MinorString(), target)
-	// etcd lowers its cluster version on its own: look again shortly.
-	return stop(etcdRetry), nil, true
-}
-
-// checkClusterVersion, once every member runs the target, waits until etcd's
-// cluster version reached the target's minor (etcd raises it by itself a
-// moment after the last member), and records it. It costs an etcd call only
-// while the recorded version differs from the target's.
-func (r *Reconciler) checkClusterVersion(ctx context.Context, w *world) (*ctrl.Result, error) {
-	target, err := version.Parse(w.cluster.Status.Observed.Version)
-	if err != nil || w.cluster.Status.ClusterVersion == target.MinorString() {
-		return nil, nil
-	}
-	if cv, _ := r.clusterVersion(ctx, w); cv == target.MinorString() {
-		return nil, nil
-	}
-	w.working(conditions.ReasonRollingOut, fmt.Sprintf("Every member runs %s; waiting for etcd's cluster version to reach %s", target, target.MinorString()))
-	// etcd's cluster version is not watched: look again shortly.
-	return stop(2 * time.Second), nil
+	return false
 }

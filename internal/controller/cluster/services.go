@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/manifest"
@@ -17,13 +16,13 @@ import (
 // ensureServices creates the headless and client Services and repairs the
 // fields members depend on (selector, publishNotReadyAddresses, the named
 // ports). Anything else a user adds (labels, annotations, extra ports) stays.
-func (r *Reconciler) ensureServices(ctx context.Context, w *world) (*ctrl.Result, error) {
+func (r *Reconciler) ensureServices(ctx context.Context, w *world) error {
 	for _, want := range []*corev1.Service{manifest.HeadlessService(w.cluster), manifest.ClientService(w.cluster)} {
 		if err := r.ensureService(ctx, want); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 func (r *Reconciler) ensureService(ctx context.Context, want *corev1.Service) error {

@@ -11,22 +11,28 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
-// writeStatus derives the status from the world and writes it only when it
-// changed, so a steady cluster costs no writes.
-func (r *Reconciler) writeStatus(ctx context.Context, w *world) error {
+// report sets the status from the world, the plan and its outcome, emits
+// the Warning Events of what the plan held back (once per episode), and
+// writes the status only when it changed, so a steady cluster costs no
+// writes.
+func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) error {
+	if o.progress != nil {
+		p.progress = *o.progress
+	}
+	r.announce(w, p, o)
 	st := &w.cluster.Status
-	// Ready voters: a learner does not serve clients.
-	st.ReadyMembers = int32(w.readyVoters())
+	st.ReadyMembers = int32(w.healthyVoters())
 	st.UpdatedMembers = int32(w.updated())
 	st.Selector = manifest.SelectorString(w.cluster.Name)
 	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
-	setAvailable(w)
-	setProgressing(w)
-	setDegraded(w)
+	setAvailable(w, p)
+	setProgressing(w, p)
+	setDegraded(w, p)
 	if equality.Semantic.DeepEqual(w.original.Status, w.cluster.Status) {
 		return nil
 	}
@@ -34,6 +40,47 @@ func (r *Reconciler) writeStatus(ctx context.Context, w *world) error {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	return nil
+}
+
+// announce emits a Warning Event for each problem the status reports, once
+// per episode (see warnOnce).
+func (r *Reconciler) announce(w *world, p plan, o outcome) {
+	if p.hold != nil {
+		r.warnOnce(w, p.hold.reason, "Hold", p.hold.message)
+	}
+	if f := authProblem(w); f != nil {
+		r.warnOnce(w, f.reason, "Authenticate", f.message)
+	}
+	if msg := w.features.certManagerMissing; msg != "" && p.hold == nil {
+		r.warnOnce(w, conditions.ReasonCertManagerNotInstalled, "CreateCertificates", msg)
+	}
+	for _, msg := range w.features.foreignCertificates {
+		r.warnOnce(w, conditions.ReasonCertificateNotOwned, "CreateCertificates", msg)
+	}
+	for _, f := range p.refused {
+		about := []client.Object{}
+		if f.about != nil {
+			about = append(about, f.about)
+		}
+		r.warnOnce(w, conditions.ReasonRefused, "ProtectQuorum", f.message, about...)
+	}
+	if p.stuck != nil {
+		r.warnOnce(w, conditions.ReasonRollOutStuck, "RollOut", p.stuck.message, p.stuck.about)
+	}
+	if p.versionRefused != "" {
+		r.warnOnce(w, conditions.ReasonVersionChangeRefused, "CheckVersion", p.versionRefused)
+	}
+	if o.warn && o.progress != nil {
+		r.warnOnce(w, o.progress.reason, "Retry", o.progress.message)
+	}
+	if overdue(w) && !hasReason(w, conditions.Progressing, conditions.ReasonDeadlineExceeded) &&
+		!hasReason(w, conditions.Progressing, conditions.ReasonBootstrapFailed) && !targetReached(w) {
+		reason, msg := deadlineReport(w)
+		r.event(w.cluster, true, reason, "Deadline", "%s", msg)
+	}
+	if a := w.alarms(); len(a) > 0 {
+		r.warnOnce(w, conditions.ReasonAlarm, "Alarm", alarmMessage(a))
+	}
 }
 
 func set(w *world, typ string, status bool, reason, message string) {
@@ -46,31 +93,49 @@ func set(w *world, typ string, status bool, reason, message string) {
 
 func paused(w *world) bool { return w.desired() == 0 && len(w.running()) == 0 }
 
-func setAvailable(w *world) {
+// authProblem is why etcd refuses the operator's credentials, as a step or
+// the observation found it; for a cluster that never formed, as its seed
+// reports it.
+func authProblem(w *world) *finding {
+	if w.features.auth != nil {
+		return w.features.auth
+	}
+	if f := credentialsProblem(w.cluster, w.etcd.err); w.etcd.err != nil && f != nil {
+		return f
+	}
+	if seed := w.seed(); seed != nil && w.cluster.Status.ClusterID == "" {
+		if c := conditions.Get(seed.Status.Conditions, conditions.Ready); c != nil && c.Status != metav1.ConditionTrue &&
+			(c.Reason == conditions.ReasonAuthRequiredNotConfigured || c.Reason == conditions.ReasonAuthCredentialsRejected) {
+			return &finding{c.Reason, fmt.Sprintf("Seed member %s: %s", seed.Name, c.Message)}
+		}
+	}
+	return nil
+}
+
+func setAvailable(w *world, p plan) {
 	st := w.cluster.Status
-	desired, readyN := w.desired(), w.readyVoters()
+	desired, readyN := w.desired(), w.healthyVoters()
+	auth := authProblem(w)
 	switch {
-	case w.blocked != nil:
-		set(w, conditions.Available, false, w.blocked.reason, w.blocked.message)
-	case w.authProblem != nil:
-		set(w, conditions.Available, false, w.authProblem.reason, w.authProblem.message)
-	case w.mismatch != "":
-		set(w, conditions.Available, false, conditions.ReasonClusterIDMismatch, w.mismatch)
+	case p.hold != nil:
+		set(w, conditions.Available, false, p.hold.reason, p.hold.message)
+	case auth != nil:
+		set(w, conditions.Available, false, auth.reason, auth.message)
 	case paused(w):
 		set(w, conditions.Available, false, conditions.ReasonPaused, "The cluster is paused (replicas: 0); its data is kept")
 	case overdue(w) && st.ClusterID == "":
 		set(w, conditions.Available, false, conditions.ReasonBootstrapFailed, "The cluster never formed")
-	case w.unreachable != nil && readyN == 0:
-		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, "Cannot reach etcd: "+w.unreachable.Error())
+	case w.etcd.asked && w.etcd.list == nil && readyN == 0:
+		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, fmt.Sprintf("Cannot reach etcd: %v", w.etcd.err))
 	case st.ClusterID == "" && secretWait(w) != "":
 		set(w, conditions.Available, false, conditions.ReasonSecretMissing, "The seed member cannot start: "+secretWait(w))
 	case st.ClusterID == "":
 		set(w, conditions.Available, false, conditions.ReasonBootstrapping, "The seed member has not formed the cluster yet")
 	case len(w.members) == 0:
 		set(w, conditions.Available, false, conditions.ReasonQuorumLost,
-			"Every member was deleted: the cluster's data is gone. Delete the EtcdCluster and create it again (or restore a snapshot into a new one)")
+			"Every member is gone: the cluster's data is gone. Delete the EtcdCluster and create it again (or restore a snapshot into a new one)")
 	case readyN >= desired && readyN > 0:
-		set(w, conditions.Available, true, conditions.ReasonQuorumHealthy, fmt.Sprintf("All %d members are ready voters", readyN))
+		set(w, conditions.Available, true, conditions.ReasonQuorumHealthy, fmt.Sprintf("All %d members are healthy voters", readyN))
 	default:
 		// Judged against the voters etcd has now, not the target: a cluster
 		// growing from 1 to 3 with its one voter healthy serves fine.
@@ -82,34 +147,34 @@ func setAvailable(w *world) {
 	}
 }
 
-func setProgressing(w *world) {
+func setProgressing(w *world, p plan) {
 	switch {
-	case w.blocked != nil:
-		set(w, conditions.Progressing, false, w.blocked.reason, w.blocked.message)
-	case paused(w) && targetReached(w):
+	case p.hold != nil:
+		set(w, conditions.Progressing, false, p.hold.reason, p.hold.message)
+	case paused(w) && targetReached(w) && len(w.leaving()) == 0:
 		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
 	case targetReached(w) && manifest.AuthWanted(w.cluster) && !w.cluster.Status.AuthEnabled:
 		msg := "Enabling etcd authentication"
-		if w.progress.reason == conditions.ReasonEnablingAuth {
-			msg = w.progress.message
+		if p.progress.reason == conditions.ReasonEnablingAuth {
+			msg = p.progress.message
 		}
 		set(w, conditions.Progressing, true, conditions.ReasonEnablingAuth, msg)
 	case targetReached(w):
 		set(w, conditions.Progressing, false, conditions.ReasonReconciled,
-			fmt.Sprintf("%d members of etcd %s are ready voters", w.desired(), w.cluster.Status.Observed.Version))
-	case w.blockedVersion != "":
-		set(w, conditions.Progressing, false, conditions.ReasonVersionChangeRefused, w.blockedVersion)
+			fmt.Sprintf("%d members of etcd %s are healthy voters", w.desired(), w.cluster.Status.Observed.Version))
+	case p.versionRefused != "":
+		set(w, conditions.Progressing, false, conditions.ReasonVersionChangeRefused, p.versionRefused)
 	case overdue(w):
 		// Reported, not given up: the operator keeps working on the target.
 		reason, msg := deadlineReport(w)
-		if w.progress.reason != "" {
-			msg += "; now: " + w.progress.message
+		if p.progress.reason != "" {
+			msg += "; now: " + p.progress.message
 		}
 		set(w, conditions.Progressing, false, reason, msg)
 	case secretWait(w) != "":
 		set(w, conditions.Progressing, true, conditions.ReasonSecretMissing, secretWait(w))
-	case w.progress.reason != "":
-		set(w, conditions.Progressing, true, w.progress.reason, w.progress.message)
+	case p.progress.reason != "":
+		set(w, conditions.Progressing, true, p.progress.reason, p.progress.message)
 	default:
 		// Nothing new this pass; the earlier reason still describes the work.
 		if c := conditions.Get(w.cluster.Status.Conditions, conditions.Progressing); c == nil || c.Status != metav1.ConditionTrue {
@@ -118,39 +183,74 @@ func setProgressing(w *world) {
 	}
 }
 
-func setDegraded(w *world) {
-	var unhealthy []string
-	for _, m := range w.running() {
-		// A member still joining is not unhealthy; a voter that is not
-		// ready, or any lost member, is.
-		if (w.isVoter(m) && !ready(m)) || lost(m) {
-			unhealthy = append(unhealthy, m.Name)
-		}
-	}
+func setDegraded(w *world, p plan) {
+	auth := authProblem(w)
 	switch {
-	case w.mismatch != "":
-		set(w, conditions.Degraded, true, conditions.ReasonClusterIDMismatch, w.mismatch)
-	case len(w.foreignCertificates) > 0:
-		set(w, conditions.Degraded, true, conditions.ReasonCertificateNotOwned, strings.Join(w.foreignCertificates, "; "))
-	case w.blocked != nil && w.cluster.Status.Observed == nil:
+	case p.hold != nil && p.hold.reason == conditions.ReasonClusterIDMismatch:
+		set(w, conditions.Degraded, true, p.hold.reason, p.hold.message)
+	case len(w.features.foreignCertificates) > 0:
+		set(w, conditions.Degraded, true, conditions.ReasonCertificateNotOwned, strings.Join(w.features.foreignCertificates, "; "))
+	case p.hold != nil && w.cluster.Status.Observed == nil || p.hold != nil && w.cluster.Status.ClusterID == "":
 		// Nothing was ever created, so nothing can be unhealthy (and the
 		// cluster is not paused, as "no target, no member" would suggest).
-		set(w, conditions.Degraded, false, w.blocked.reason, "No member exists yet")
-	case paused(w):
+		set(w, conditions.Degraded, false, p.hold.reason, "No member exists yet")
+	case paused(w) && len(w.leaving()) == 0:
 		set(w, conditions.Degraded, false, conditions.ReasonPaused, "The cluster is paused")
-	case w.authProblem != nil:
-		set(w, conditions.Degraded, true, w.authProblem.reason, w.authProblem.message)
-	case w.stuck != "":
-		set(w, conditions.Degraded, true, conditions.ReasonRollOutStuck, w.stuck)
-	case w.refused != "":
-		set(w, conditions.Degraded, true, conditions.ReasonRefused, "Holding membership changes: "+w.refused)
-	case w.cluster.Status.ClusterID != "" && !quorum.Now(w.voters()).OK:
+	case auth != nil:
+		set(w, conditions.Degraded, true, auth.reason, auth.message)
+	case p.stuck != nil:
+		set(w, conditions.Degraded, true, conditions.ReasonRollOutStuck, p.stuck.message)
+	case len(p.refused) > 0:
+		set(w, conditions.Degraded, true, conditions.ReasonRefused, "Holding membership changes: "+p.refused[0].message)
+	case w.cluster.Status.ClusterID != "" && w.etcd.asked && !quorum.Now(w.voters()).OK:
 		set(w, conditions.Degraded, true, conditions.ReasonQuorumLost, quorum.Now(w.voters()).Reason)
-	case len(unhealthy) > 0 && w.cluster.Status.ClusterID != "":
-		set(w, conditions.Degraded, true, conditions.ReasonMembersUnhealthy, fmt.Sprintf("Members not ready: %v", unhealthy))
+	default:
+		setDegradedDetail(w)
+	}
+}
+
+// setDegradedDetail reports, below everything that holds the operator back,
+// alarms, unhealthy members and failed feature steps.
+func setDegradedDetail(w *world) {
+	var unhealthy []string
+	for _, m := range append(w.running(), w.leaving()...) {
+		// A member still joining is not unhealthy; a voter that is not
+		// healthy, or any lost member, is.
+		if m.Spec.Dormant {
+			continue
+		}
+		if ok, why := w.health(m); (w.isVoter(m) && !ok) || lost(m) {
+			unhealthy = append(unhealthy, m.Name+" ("+why+")")
+		}
+	}
+	formed := w.cluster.Status.ClusterID != ""
+	switch {
+	case formed && len(w.alarms()) > 0:
+		set(w, conditions.Degraded, true, conditions.ReasonAlarm, alarmMessage(w.alarms()))
+	case formed && w.features.certManagerMissing != "":
+		set(w, conditions.Degraded, true, conditions.ReasonCertManagerNotInstalled, w.features.certManagerMissing)
+	case len(unhealthy) > 0 && formed:
+		set(w, conditions.Degraded, true, conditions.ReasonMembersUnhealthy, fmt.Sprintf("Members not healthy: %s", strings.Join(unhealthy, ", ")))
+	case len(w.features.failed) > 0:
+		set(w, conditions.Degraded, true, conditions.ReasonStepFailed, "Failed (retried): "+strings.Join(w.features.failed, "; "))
 	default:
 		set(w, conditions.Degraded, false, conditions.ReasonQuorumHealthy, "No member is unhealthy")
 	}
+}
+
+// alarmMessage says what etcd's alarms mean and what to do.
+func alarmMessage(alarms []string) string {
+	msg := "etcd raised alarm " + strings.Join(alarms, ", ")
+	for _, a := range alarms {
+		switch a {
+		case etcd.AlarmNoSpace:
+			msg += "; NOSPACE: the database reached its quota (options.quotaBackendBytes): writes are refused, reads are served and " +
+				"membership changes go on. Free space (compact, then `kubectl etcd defrag`), then `kubectl etcd alarm disarm`"
+		case etcd.AlarmCorrupt:
+			msg += "; CORRUPT: a member's data disagrees with the others': find it with `kubectl etcd status` and replace it"
+		}
+	}
+	return msg
 }
 
 // secretWait says which member cannot start its Pod for a missing Secret or

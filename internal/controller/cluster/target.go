@@ -1,13 +1,11 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -18,38 +16,35 @@ import (
 // The locking pattern: the operator works towards status.observed, a copy of
 // the spec taken at a boundary (first sight, target reached, or deadline
 // expired). A spec edit in the middle of a scale waits for the boundary.
+// Whatever is latched is written before anything acts on it: the latch ends
+// the pass, and the status write brings the next one.
 
-// initialize latches the token and the first target on first sight.
-//
-// Whatever is latched is written before anything acts on it: the pass ends
-// here and the status write it leads to brings the next one.
-func (r *Reconciler) initialize(_ context.Context, w *world) (*ctrl.Result, error) {
-	st := &w.cluster.Status
+// latchFirstTarget latches the token and the first target on first sight.
+func (pl *planner) latchFirstTarget() bool {
+	st := pl.w.cluster.Status
 	if st.ClusterToken != "" && st.Observed != nil {
-		return nil, nil
+		return false
 	}
-	if st.ClusterToken == "" {
-		st.ClusterToken = manifest.ClusterToken(w.cluster)
+	next := st.DeepCopy()
+	if next.ClusterToken == "" {
+		next.ClusterToken = manifest.ClusterToken(pl.w.cluster)
 	}
-	if st.Observed == nil {
-		r.adopt(w, conditions.ReasonInitialSnapshot, "Latched the first target")
+	if next.Observed != nil {
+		return pl.act(&change{kind: latchStatus, status: next})
 	}
-	return done(), nil
+	return pl.adopt(next, conditions.ReasonInitialSnapshot, "Latched the first target")
 }
 
 // adopt copies the spec into the target and starts a new deadline.
-func (r *Reconciler) adopt(w *world, reason, message string) {
-	st := &w.cluster.Status
-	st.Observed = observe(&w.cluster.Spec)
+func (pl *planner) adopt(next *v1alpha2.EtcdClusterStatus, reason, message string) bool {
+	w := pl.w
+	next.Observed = manifest.Observe(&w.cluster.Spec)
 	deadline := metav1.NewTime(w.now.Add(time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second))
-	st.ProgressDeadline = &deadline
-	conditions.Set(&st.Conditions, w.cluster.Generation, conditions.Progressing, metav1.ConditionTrue, reason,
-		fmt.Sprintf("%s: %d members of etcd %s", message, st.Observed.Replicas, st.Observed.Version), w.now)
-	w.working(reason, message)
-	r.event(w.cluster, false, reason, "LatchTarget", "%s: %d members of etcd %s", message, st.Observed.Replicas, st.Observed.Version)
-	if warn := memoryStorageWarning(st.Observed); warn != "" {
-		r.event(w.cluster, true, conditions.ReasonStorageTooSmall, "LatchTarget", "%s", warn)
-	}
+	next.ProgressDeadline = &deadline
+	msg := fmt.Sprintf("%s: %d members of etcd %s", message, next.Observed.Replicas, next.Observed.Version)
+	conditions.Set(&next.Conditions, w.cluster.Generation, conditions.Progressing, metav1.ConditionTrue, reason, msg, w.now)
+	pl.working(reason, "%s", message)
+	return pl.act(&change{kind: latchStatus, status: next, reason: reason, message: msg})
 }
 
 func progressDeadlineSeconds(s *v1alpha2.EtcdClusterSpec) int32 {
@@ -59,33 +54,64 @@ func progressDeadlineSeconds(s *v1alpha2.EtcdClusterSpec) int32 {
 	return *s.ProgressDeadlineSeconds
 }
 
-// observe copies the parts of the spec that the operator acts on.
-func observe(s *v1alpha2.EtcdClusterSpec) *v1alpha2.ObservedClusterSpec {
-	return manifest.Observe(s)
-}
-
 // specChanged reports whether the spec asks for something the target lacks.
 func specChanged(w *world) bool {
-	return !equality.Semantic.DeepEqual(observe(&w.cluster.Spec), w.cluster.Status.Observed)
+	return !equality.Semantic.DeepEqual(manifest.Observe(&w.cluster.Spec), w.cluster.Status.Observed)
 }
 
-// targetReached: the latched number of members run, the cluster formed (unless
-// paused from the start), every running member is Ready and a voter, and no
-// member is lost or leaving.
+// latchChangedTarget adopts a changed spec at a boundary: the target
+// reached, a refused version (nothing was touched for it), or the deadline
+// passed. Reaching the target clears the deadline.
+func (pl *planner) latchChangedTarget() bool {
+	w := pl.w
+	st := w.cluster.Status
+	switch {
+	case targetReached(w) && specChanged(w):
+		next := st.DeepCopy()
+		next.ProgressDeadline = nil
+		return pl.adopt(next, conditions.ReasonSpecChanged, "Adopted the changed spec")
+	case targetReached(w) && st.ProgressDeadline != nil:
+		next := st.DeepCopy()
+		next.ProgressDeadline = nil
+		return pl.act(&change{kind: latchStatus, status: next})
+	case targetReached(w):
+		return false
+	case st.ProgressDeadline == nil && specChanged(w):
+		// The last target was reached and nothing is in flight: a member
+		// that turned unhealthy since (keeping the target from counting as
+		// reached) must not keep a new spec, perhaps the fix, from being
+		// adopted.
+		return pl.adopt(st.DeepCopy(), conditions.ReasonSpecChanged, "Adopted the changed spec")
+	case paused(w) && specChanged(w):
+		// Nothing runs, so nothing is in flight: a member deleted while
+		// paused (which keeps the target from being reached) waits for
+		// the resume this adopts.
+		return pl.adopt(st.DeepCopy(), conditions.ReasonSpecChanged, "Adopted the changed spec of the paused cluster")
+	case hasReason(w, conditions.Progressing, conditions.ReasonVersionChangeRefused) && specChanged(w):
+		return pl.adopt(st.DeepCopy(), conditions.ReasonSpecChanged, "The previous target's version was refused; adopted the changed spec")
+	case overdue(w) && specChanged(w):
+		return pl.adopt(st.DeepCopy(), conditions.ReasonRetryAfterDeadline, "The deadline of the previous target expired; adopted the changed spec")
+	}
+	return false
+}
+
+// targetReached: the latched number of members run, the cluster formed
+// (unless paused from the start), every running member is healthy by etcd's
+// fresh report, a voter and up to date, no member is lost or leaving, and
+// etcd's cluster version is the target's minor.
 func targetReached(w *world) bool {
 	running := w.running()
-	if len(running) != w.desired() || len(w.leaving()) > 0 {
+	if w.cluster.Status.Observed == nil || len(running) != w.desired() || len(w.leaving()) > 0 {
 		return false
 	}
 	if w.desired() > 0 && w.cluster.Status.ClusterID == "" {
 		return false
 	}
 	for _, m := range running {
-		if !ready(m) || lost(m) || !w.isVoter(m) || m.Spec.InitialCluster == "" || !w.upToDate(m) {
+		if !w.healthy(m) || !w.isVoter(m) || m.Spec.InitialCluster == "" || !w.upToDate(m) {
 			return false
 		}
 	}
-	// etcd's cluster version follows the members' version a moment later.
 	return w.desired() == 0 || w.cluster.Status.ClusterVersion == minorOf(w.cluster.Status.Observed.Version)
 }
 
@@ -106,54 +132,16 @@ func overdue(w *world) bool {
 	return d != nil && !w.now.Before(d.Time)
 }
 
-// latchTarget adopts a new spec at a boundary (the target reached, or its
-// deadline passed) and reports a missed deadline once.
-func (r *Reconciler) latchTarget(_ context.Context, w *world) (*ctrl.Result, error) {
-	st := &w.cluster.Status
-	if targetReached(w) {
-		st.ProgressDeadline = nil
-		if specChanged(w) {
-			r.adopt(w, conditions.ReasonSpecChanged, "Adopted the changed spec")
-			return done(), nil
-		}
-		return nil, nil
-	}
-	if hasReason(w, conditions.Progressing, conditions.ReasonVersionChangeRefused) && specChanged(w) {
-		// The target was refused before any member was touched: nothing
-		// to finish first.
-		r.adopt(w, conditions.ReasonSpecChanged, "The previous target's version was refused; adopted the changed spec")
-		return done(), nil
-	}
-	if !overdue(w) {
-		return nil, nil
-	}
-	if specChanged(w) {
-		r.adopt(w, conditions.ReasonRetryAfterDeadline, "The deadline of the previous target expired; adopted the changed spec")
-		return done(), nil
-	}
-	if reason, _ := deadlineReport(w); !hasReason(w, conditions.Progressing, reason) {
-		r.event(w.cluster, true, reason, "Deadline", "%s", deadlineMessage(w))
-	}
-	return nil, nil
-}
-
 // deadlineReport is the Progressing reason and message of a missed deadline.
 func deadlineReport(w *world) (string, string) {
-	if w.cluster.Status.ClusterID == "" {
-		return conditions.ReasonBootstrapFailed, deadlineMessage(w)
-	}
-	return conditions.ReasonDeadlineExceeded, deadlineMessage(w)
-}
-
-func deadlineMessage(w *world) string {
 	secs := progressDeadlineSeconds(&w.cluster.Spec)
 	if w.cluster.Status.ClusterID == "" {
-		return fmt.Sprintf("the cluster did not form within %ds; it is still adopted if the seed member forms it, "+
+		return conditions.ReasonBootstrapFailed, fmt.Sprintf("the cluster did not form within %ds; it is still adopted if the seed member forms it, "+
 			"else delete and recreate the EtcdCluster after fixing what blocks the seed", secs)
 	}
-	return fmt.Sprintf("%d of %d members were not ready voters within %ds; the operator keeps working on it "+
+	return conditions.ReasonDeadlineExceeded, fmt.Sprintf("%d of %d members were not ready voters within %ds; the operator keeps working on it "+
 		"(members that never start are replaced after the same time); change the spec or fix what blocks the members",
-		w.readyVoters(), w.desired(), secs)
+		w.healthyVoters(), w.desired(), secs)
 }
 
 func hasReason(w *world, typ, reason string) bool {
@@ -161,9 +149,9 @@ func hasReason(w *world, typ, reason string) bool {
 	return c != nil && c.Reason == reason
 }
 
-// wanted is the next deadline timer, if the target is still being worked on
-// and its deadline has not passed yet.
-func wanted(w *world) *time.Duration {
+// deadlineTimer is the time until the target's deadline, while it is still
+// worked on and the deadline has not passed.
+func deadlineTimer(w *world) *time.Duration {
 	st := w.cluster.Status
 	if st.ProgressDeadline == nil || overdue(w) {
 		return nil

@@ -11,12 +11,14 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
-	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
-// world is everything one reconcile decides from, gathered once: the cluster,
-// its members (found through their controller reference, never by label),
-// the time, and (once fetched) etcd's own membership.
+// world is everything one pass decides from, gathered once by observe
+// (observe.go) before anything is decided: the cluster, its members (found
+// through their controller reference, never by label), their Pods, the
+// Secrets they mount, the headless Service's endpoints, one "now", and
+// etcd's own fresh view of itself. The planner (plan.go) reads it and never
+// writes it.
 type world struct {
 	cluster *v1alpha2.EtcdCluster
 	// original is the cluster as read, to write status only when it changed.
@@ -24,46 +26,72 @@ type world struct {
 	members  []*v1alpha2.EtcdMember
 	now      time.Time
 
-	// etcdMembers is etcd's membership, nil until a step fetched it.
-	etcdMembers *etcd.MemberList
-
-	// progress is what the pass is working on, for the Progressing condition.
-	progress progress
-	// refused is why a membership change was held back to protect quorum.
-	refused string
-	// unreachable is why etcd could not be asked, if it could not.
-	unreachable error
-	// mismatch is set when etcd answers for another cluster than the one
-	// latched; nothing is changed then.
-	mismatch string
-	// blocked is why the cluster cannot do what its spec asks at all.
-	blocked *progress
 	// pods are the members' Pods by member name (from the cache).
 	pods map[string]*corev1.Pod
-	// stuck says why a roll-out stopped; blockedVersion why the asked
-	// version cannot be reached.
-	stuck, blockedVersion string
+	// published are the Pod addresses the EndpointSlices of each headless
+	// Service list, by Service name: what cluster DNS answers from.
+	published map[string]map[string]bool
 	// secrets are the Secrets the running members mount, by name (read
 	// from the API server); secretProblem says which one, or which key of
 	// one, is missing.
 	secrets       map[string]*corev1.Secret
 	secretProblem string
+	// joinGate: the operator's image is configured, so a joining member's
+	// Pod starts before its add, held by the join gate (package join).
+	joinGate bool
+
+	// etcd is etcd's own view, read fresh in this pass.
+	etcd etcdView
+	// features are what the steps beside membership found (certificates,
+	// Services, the root password): reported, never a reason to stop
+	// membership repair.
+	features features
+}
+
+// etcdView is what etcd said about itself in this pass.
+type etcdView struct {
+	// asked: some member was asked (none runs while paused or before the
+	// seed's Pod exists).
+	asked bool
+	// list is etcd's membership, read through the leader; nil when it
+	// could not be read, and err says why.
+	list *etcd.MemberList
+	err  error
+	// status is each asked member's report on itself, by EtcdMember name;
+	// statusErr why a member did not answer.
+	status    map[string]*etcd.Status
+	statusErr map[string]error
+	// leader is the leader's own report: the member that reports itself as
+	// leader in the highest term. Nil when no member that answered leads.
+	leader *etcd.Status
+	// clusterVersion is etcd's cluster version, read only while the
+	// version is being changed ("" otherwise).
+	clusterVersion string
+	// downgradeTarget is the version of a downgrade etcd has enabled.
+	downgradeTarget string
+}
+
+// features are findings of the steps that run beside the membership
+// planner. None of them can make a membership change unsafe, so none of
+// them holds one back.
+type features struct {
+	// certManagerMissing: the cluster's TLS asks for cert-manager, which the
+	// API server does not serve.
+	certManagerMissing string
 	// foreignCertificates describe Certificates of the operator's names
 	// that the cluster does not control.
 	foreignCertificates []string
-	// authProblem is why etcd refuses the operator's credentials (or
-	// wants some the spec does not give).
-	authProblem *progress
+	// failed are the feature steps that failed this pass, with the error.
+	failed []string
+	// auth is why etcd refuses the operator's credentials (or wants some the
+	// spec does not give).
+	auth *finding
 }
 
-// progress says what the operator is doing; an empty reason means nothing.
-type progress struct {
+// finding is a reason and a message, for a condition and an Event.
+type finding struct {
 	reason  string
 	message string
-}
-
-func (w *world) working(reason, message string) {
-	w.progress = progress{reason, message}
 }
 
 // desired is the latched number of members.
@@ -76,7 +104,8 @@ func (w *world) desired() int {
 
 func deleting(m *v1alpha2.EtcdMember) bool { return m.DeletionTimestamp != nil }
 
-// running are members meant to have a Pod: not leaving, not dormant.
+// running are members meant to have a Pod and counted towards the target:
+// not deleted, not dormant.
 func (w *world) running() []*v1alpha2.EtcdMember {
 	return w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && !m.Spec.Dormant })
 }
@@ -85,6 +114,7 @@ func (w *world) dormant() []*v1alpha2.EtcdMember {
 	return w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && m.Spec.Dormant })
 }
 
+// leaving are the deleted members: each leaves etcd before it goes.
 func (w *world) leaving() []*v1alpha2.EtcdMember {
 	return w.filter(deleting)
 }
@@ -113,34 +143,14 @@ func (w *world) filter(keep func(*v1alpha2.EtcdMember) bool) []*v1alpha2.EtcdMem
 	return out
 }
 
-func ready(m *v1alpha2.EtcdMember) bool {
-	return conditions.IsTrue(m.Status.Conditions, conditions.Ready)
-}
-
 func lost(m *v1alpha2.EtcdMember) bool {
 	return conditions.IsTrue(m.Status.Conditions, conditions.Lost)
 }
 
-// healthy: the member serves (Ready) and can come back as itself (not Lost).
-// A member being deleted still counts while it runs: its own removal is
-// projected as its departure, and removals happen one at a time.
-func healthy(m *v1alpha2.EtcdMember) bool { return ready(m) && !lost(m) }
-
-// readyVoters counts the running voters that are Ready: what serves clients.
-func (w *world) readyVoters() int {
-	n := 0
-	for _, m := range w.running() {
-		if ready(m) && w.isVoter(m) {
-			n++
-		}
-	}
-	return n
-}
-
-// isVoter reports whether etcd lists the member as a voter, or, before etcd
-// was asked, whether the member's status says so.
+// isVoter reports whether etcd lists the member as a voter, or, when etcd's
+// membership could not be read, whether the member's status says so.
 func (w *world) isVoter(m *v1alpha2.EtcdMember) bool {
-	if w.etcdMembers == nil {
+	if w.etcd.list == nil {
 		return m.Status.IsVoter
 	}
 	em := w.etcdMemberOf(m)
@@ -168,12 +178,12 @@ func (w *world) memberOf(em etcd.Member) *v1alpha2.EtcdMember {
 
 // etcdMemberOf finds a member in etcd's membership, the same way.
 func (w *world) etcdMemberOf(m *v1alpha2.EtcdMember) *etcd.Member {
-	if w.etcdMembers == nil {
+	if w.etcd.list == nil {
 		return nil
 	}
-	for i := range w.etcdMembers.Members {
-		if w.memberOf(w.etcdMembers.Members[i]) == m {
-			return &w.etcdMembers.Members[i]
+	for i := range w.etcd.list.Members {
+		if w.memberOf(w.etcd.list.Members[i]) == m {
+			return &w.etcd.list.Members[i]
 		}
 	}
 	return nil
@@ -181,7 +191,10 @@ func (w *world) etcdMemberOf(m *v1alpha2.EtcdMember) *etcd.Member {
 
 // byID finds the member etcd knows under an ID.
 func (w *world) byID(id uint64) *v1alpha2.EtcdMember {
-	for _, em := range w.etcdMembers.Members {
+	if w.etcd.list == nil {
+		return nil
+	}
+	for _, em := range w.etcd.list.Members {
 		if em.ID == id {
 			return w.memberOf(em)
 		}
@@ -189,42 +202,14 @@ func (w *world) byID(id uint64) *v1alpha2.EtcdMember {
 	return nil
 }
 
-// voters lists etcd's voters with their health: the one projection every
-// membership decision uses. A voter no EtcdMember accounts for counts as
-// unhealthy. Before etcd was asked, the members' recorded voter flag stands
-// in.
-func (w *world) voters() []quorum.Voter {
-	var out []quorum.Voter
-	if w.etcdMembers == nil {
-		for _, m := range w.running() {
-			if m.Status.IsVoter {
-				out = append(out, quorum.Voter{Name: m.Name, Healthy: healthy(m)})
-			}
-		}
-		return out
-	}
-	for _, em := range w.etcdMembers.Members {
-		if em.IsLearner {
-			continue
-		}
-		m := w.memberOf(em)
-		if m == nil {
-			out = append(out, quorum.Voter{Name: strangerName(em)})
-			continue
-		}
-		out = append(out, quorum.Voter{Name: m.Name, Healthy: healthy(m) && !m.Spec.Dormant})
-	}
-	return out
-}
-
-// learnerOf returns etcd's learner, if there is one.
+// learner returns etcd's learner, if there is one.
 func (w *world) learner() *etcd.Member {
-	if w.etcdMembers == nil {
+	if w.etcd.list == nil {
 		return nil
 	}
-	for i := range w.etcdMembers.Members {
-		if w.etcdMembers.Members[i].IsLearner {
-			return &w.etcdMembers.Members[i]
+	for i := range w.etcd.list.Members {
+		if w.etcd.list.Members[i].IsLearner {
+			return &w.etcd.list.Members[i]
 		}
 	}
 	return nil
@@ -238,36 +223,35 @@ func strangerName(em etcd.Member) string {
 	return "id:" + etcd.FormatID(em.ID)
 }
 
-// endpoints are the members worth dialling: running members with a Pod
-// that are voters, else every running member with a Pod.
-func (w *world) endpoints() []*v1alpha2.EtcdMember {
-	var voters, all []*v1alpha2.EtcdMember
-	for _, m := range w.members {
-		if m.Spec.Dormant || m.Spec.InitialCluster == "" || m.Status.PodName == "" {
-			continue
-		}
-		all = append(all, m)
-		if m.Status.IsVoter && healthy(m) {
-			voters = append(voters, m)
-		}
+// inEtcd are the members whose etcd may run: those with an initialCluster
+// and a Pod, dormant ones aside. They are the ones asked about themselves.
+func (w *world) inEtcd() []*v1alpha2.EtcdMember {
+	return w.filter(func(m *v1alpha2.EtcdMember) bool {
+		return !m.Spec.Dormant && m.Spec.InitialCluster != "" && w.pods[m.Name] != nil
+	})
+}
+
+// leaderMember is the member that leads, by etcd's fresh report.
+func (w *world) leaderMember() *v1alpha2.EtcdMember {
+	if w.etcd.leader == nil {
+		return nil
 	}
-	if len(voters) > 0 {
-		return voters
-	}
-	return all
+	return w.byID(w.etcd.leader.MemberID)
 }
 
 // upToDate reports whether a running member was made from the latched
-// target and its Pod runs it (a Pod from before template hashes counts as
-// current).
+// target and its Pod runs it. A member without a Pod is not up to date: its
+// Pod is being made again, and until it runs, what it will run is unproven.
 func (w *world) upToDate(m *v1alpha2.EtcdMember) bool {
 	if w.cluster.Status.Observed == nil || !manifest.UpToDate(m, w.cluster.Status.Observed) {
 		return false
 	}
-	if p := w.pods[m.Name]; p != nil {
-		if h := p.Annotations[manifest.AnnotationTemplateHash]; h != "" && h != manifest.TemplateHash(m) {
-			return false
-		}
+	p := w.pods[m.Name]
+	if p == nil {
+		return false
+	}
+	if h := p.Annotations[manifest.AnnotationTemplateHash]; h != "" && h != manifest.TemplateHash(m) {
+		return false
 	}
 	return len(w.changedSecrets(m)) == 0 && !conditions.IsFalse(m.Status.Conditions, conditions.StorageResized)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // scenario is a change driven to completion from a converged start.
@@ -33,7 +34,25 @@ type scenario struct {
 // no memory, and checks that the cluster still converges with etcd's
 // membership exactly matching the members.
 func TestCrashBetweenAnyTwoCalls(t *testing.T) {
-	scenarios := []scenario{
+	for _, sc := range crashScenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			calls := countCalls(t, sc)
+			if calls == 0 {
+				t.Fatalf("no mutating call in the scenario; the harness is not counting")
+			}
+			for k := 1; k <= calls; k++ {
+				t.Run(fmt.Sprintf("crash after call %d of %d", k, calls), func(t *testing.T) {
+					t.Parallel()
+					crashAfter(t, sc, k)
+				})
+			}
+		})
+	}
+}
+
+// crashScenarios are the changes the crash suite drives.
+func crashScenarios() []scenario {
+	return []scenario{
 		{name: "bootstrap 3", start: 0, target: 3},
 		{name: "scale 1 to 3", start: 1, target: 3},
 		{name: "scale 3 to 1", start: 3, target: 1},
@@ -62,6 +81,22 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 		}, check: func(h *harness) {
 			h.run("password applied", h.authConverged(3, "second"))
 		}},
+		{name: "a downgrade left enabled in etcd is cancelled", start: 3, target: 3, disrupt: func(h *harness) {
+			c, err := h.etcd.Dialer()(context.Background(), etcd.Config{Endpoints: []string{manifest.ClientURL(&h.members("c")[0])}})
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			if _, err := c.Downgrade(context.Background(), etcd.DowngradeEnable, "3.5.0"); err != nil {
+				h.t.Fatal(err)
+			}
+		}},
+		{name: "every member deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
+			for _, m := range h.members("c") {
+				if err := h.c.Delete(context.Background(), &m); err != nil {
+					h.t.Fatal(err)
+				}
+			}
+		}},
 		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
 			for _, m := range h.members("c")[:2] {
 				if err := h.c.Delete(context.Background(), &m); err != nil {
@@ -69,20 +104,6 @@ func TestCrashBetweenAnyTwoCalls(t *testing.T) {
 				}
 			}
 		}},
-	}
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			calls := countCalls(t, sc)
-			if calls < 3 {
-				t.Fatalf("only %d mutating calls in the scenario; the harness is not counting", calls)
-			}
-			for k := 1; k <= calls; k++ {
-				t.Run(fmt.Sprintf("crash after call %d of %d", k, calls), func(t *testing.T) {
-					t.Parallel()
-					crashAfter(t, sc, k)
-				})
-			}
-		})
 	}
 }
 

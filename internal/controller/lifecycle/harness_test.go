@@ -67,10 +67,32 @@ type harness struct {
 	// breakAll it starts none that is not running already.
 	broken   map[string]bool
 	breakAll bool
+	// budgetAllows is each budget's status (disruptions allowed), as the
+	// disruption controller last computed it; evictions and
+	// evictionsRefused count the Eviction API's answers; cordoned nodes
+	// get no new Pods.
+	budgetAllows                map[string]int
+	evictions, evictionsRefused int
+	cordoned                    map[string]bool
+	// afterCluster, if set, runs in each step right after the cluster
+	// controller's passes, before anything else reacts (a user racing the
+	// operator).
+	afterCluster func()
+	// statusDelay holds the member controller's status writes back for
+	// that many steps: the cluster controller then decides on stale member
+	// status, as it would behind a slow member controller.
+	statusDelay int
+	delayed     []delayedWrite
+	stepNo      int
+	// probeFails names Pods whose readiness probe fails although their
+	// etcd runs (the kubelet cannot reach it, say).
+	probeFails map[string]bool
 	// wiped names members whose data directory was emptied; volumes
 	// records the claim each member's etcd first started on.
 	wiped   map[string]bool
 	volumes map[string]types.UID
+	// wipedUnder is the leader when each member was wiped.
+	wipedUnder map[string]uint64
 	// startErrors keeps why etcd refused to start a Pod's member.
 	startErrors map[string]string
 	// ips numbers the Pod addresses the stand-in hands out.
@@ -112,7 +134,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	h := &harness{
-		t: t, broken: map[string]bool{}, wiped: map[string]bool{}, volumes: map[string]types.UID{}, startErrors: map[string]string{}, podsSeen: map[string]map[types.UID]bool{},
+		t: t, broken: map[string]bool{}, probeFails: map[string]bool{}, cordoned: map[string]bool{}, budgetAllows: map[string]int{}, wiped: map[string]bool{}, wipedUnder: map[string]uint64{}, volumes: map[string]types.UID{}, startErrors: map[string]string{}, podsSeen: map[string]map[types.UID]bool{},
 		nodes: map[string]string{}, downNodes: map[string]bool{},
 		etcd: etcdfake.New(0xc1, clk), clock: clk, events: &recorder{},
 	}
@@ -167,11 +189,57 @@ func (h *harness) restart(crashAfter int) {
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 			return h.count(c.SubResource(sub).Patch(ctx, obj, patch, opts...))
 		},
+		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj client.Object, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if pod, ok := obj.(*corev1.Pod); ok && sub == "eviction" {
+				return h.count(h.evict(ctx, pod))
+			}
+			return h.count(c.SubResource(sub).Create(ctx, obj, subObj, opts...))
+		},
 	})
 	operator := h.life.Client(counting)
+	memberClient := operator
+	if h.statusDelay > 0 {
+		memberClient = h.delayingStatus(operator)
+	}
 	dial := h.life.Dialer(h.countingDialer())
 	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
-	h.member = &memberctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+	h.member = &memberctrl.Reconciler{Client: memberClient, APIReader: memberClient, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+}
+
+// delayedWrite is a member status write held back (statusDelay).
+type delayedWrite struct {
+	due   int
+	apply func()
+}
+
+// delayingStatus wraps the member controller's client so that its status
+// writes of EtcdMembers land statusDelay steps later.
+func (h *harness) delayingStatus(inner client.WithWatch) client.WithWatch {
+	return interceptor.NewClient(inner, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*v1alpha2.EtcdMember); !ok || sub != "status" {
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			}
+			held := obj.DeepCopyObject().(client.Object)
+			h.delayed = append(h.delayed, delayedWrite{due: h.stepNo + h.statusDelay, apply: func() {
+				_ = c.SubResource(sub).Patch(context.Background(), held, patch, opts...)
+			}})
+			return nil
+		},
+	})
+}
+
+// flushDelayed applies the held status writes that are due.
+func (h *harness) flushDelayed() {
+	keep := h.delayed[:0]
+	for _, d := range h.delayed {
+		if d.due <= h.stepNo {
+			d.apply()
+		} else {
+			keep = append(keep, d)
+		}
+	}
+	h.delayed = keep
 }
 
 // count counts a successful mutating call.
@@ -206,6 +274,8 @@ func (h *harness) createCluster(name string, replicas int32, mods ...func(*v1alp
 // cluster controller, so the cluster controller decides on fresh member
 // status, as it would after the watch events of a real cluster.
 func (h *harness) step() {
+	h.stepNo++
+	h.flushDelayed()
 	h.kubelet()
 	h.publishEndpoints()
 	// What the kubelet reports is what the endpoints controller routes by.
@@ -223,6 +293,9 @@ func (h *harness) step() {
 		_, err := h.cluster.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&c)})
 		h.checkError("cluster "+c.Name, err)
 	}
+	if h.afterCluster != nil {
+		h.afterCluster()
+	}
 	// A status or budget that went stale while the operator was down is
 	// what any operator leaves; they are judged once the operator ran again.
 	judgeBudget := !h.life.Ended()
@@ -231,6 +304,7 @@ func (h *harness) step() {
 	}
 	h.collectGarbage()
 	h.checkInvariants(judgeBudget)
+	h.refreshBudgets()
 	h.clock.Step(time.Second)
 }
 
@@ -317,6 +391,17 @@ func (c *countingClient) MoveLeader(ctx context.Context, id uint64) error {
 	err := c.Client.MoveLeader(ctx, id)
 	c.h.record("move-leader", etcd.FormatID(id), err)
 	return c.h.count(err)
+}
+
+func (c *countingClient) Downgrade(ctx context.Context, action etcd.DowngradeAction, version string) (string, error) {
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	cv, err := c.Client.Downgrade(ctx, action, version)
+	if action != etcd.DowngradeValidate {
+		c.h.record(fmt.Sprintf("downgrade-%d", action), version, err)
+		err = c.h.count(err)
+	}
+	return cv, err
 }
 
 func (c *countingClient) EnableRootAuth(ctx context.Context, password string) error {

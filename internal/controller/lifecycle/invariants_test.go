@@ -78,7 +78,8 @@ func (h *harness) checkRouting() {
 }
 
 // checkClientService: every ready Pod the client Service selects is a voter
-// in etcd, so no client is routed to a learner.
+// in etcd that has a leader, so no client is routed to a learner or to a
+// member cut off from its peers.
 func (h *harness) checkClientService(c *v1alpha2.EtcdCluster) {
 	h.t.Helper()
 	svc := &corev1.Service{}
@@ -95,8 +96,12 @@ func (h *harness) checkClientService(c *v1alpha2.EtcdCluster) {
 		ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
 		})
-		if ready && !voters[etcdFlags(&p)["--initial-advertise-peer-urls"]] {
+		peer := etcdFlags(&p)["--initial-advertise-peer-urls"]
+		if ready && !voters[peer] {
 			h.t.Errorf("the client Service of %s routes to %s, which is not a voter", c.Name, p.Name)
+		}
+		if _, leader := h.etcd.Running(peer); ready && !leader {
+			h.t.Errorf("the client Service of %s routes to %s, which has no leader (cut off from its peers)", c.Name, p.Name)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/dataguard"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
@@ -69,6 +71,7 @@ func (h *harness) stopNode(name string) {
 func (h *harness) wipe(member string) {
 	m := h.memberNamed(member)
 	h.wiped[member] = true
+	h.wipedUnder[member] = h.etcd.Leader()
 	h.etcd.Stop(manifest.PeerURL(m))
 }
 
@@ -109,7 +112,7 @@ func (h *harness) schedule(p *corev1.Pod) bool {
 	for range nodeNames {
 		node := nodeNames[h.nextNode%len(nodeNames)]
 		h.nextNode++
-		if h.downNodes[node] {
+		if h.downNodes[node] || h.cordoned[node] {
 			continue
 		}
 		p.Spec.NodeName = node
@@ -153,7 +156,7 @@ func (h *harness) runPod(p *corev1.Pod) {
 	} else if running {
 		h.etcd.CatchUp(peer)
 	}
-	cs := corev1.ContainerStatus{Name: manifest.EtcdContainer, Ready: running && hasLeader}
+	cs := corev1.ContainerStatus{Name: manifest.EtcdContainer, Ready: running && h.probe(p, hasLeader)}
 	if len(p.Status.ContainerStatuses) == 1 {
 		prev := p.Status.ContainerStatuses[0]
 		cs.RestartCount, cs.LastTerminationState = prev.RestartCount, prev.LastTerminationState
@@ -179,6 +182,32 @@ func (h *harness) runPod(p *corev1.Pod) {
 		ready = corev1.ConditionTrue
 	}
 	setPodCondition(p, corev1.PodReady, ready, "")
+}
+
+// probe answers the Pod's readiness probe as etcd's /health does: every
+// alarm not excluded fails it; without serializable=true it needs a leader
+// (and a linearizable read, which a member with a leader gets in the fake);
+// with it, etcd skips the leader check and reads locally.
+func (h *harness) probe(p *corev1.Pod, hasLeader bool) bool {
+	if h.probeFails[p.Name] {
+		return false
+	}
+	rp := p.Spec.Containers[0].ReadinessProbe
+	if rp == nil || rp.HTTPGet == nil {
+		return hasLeader
+	}
+	u, err := url.Parse(rp.HTTPGet.Path)
+	if err != nil || u.Path != "/health" {
+		h.t.Errorf("pod %s: the stand-in kubelet knows no readiness path %q", p.Name, rp.HTTPGet.Path)
+		return false
+	}
+	q := u.Query()
+	for _, a := range h.etcd.Alarms() {
+		if !slices.Contains(q["exclude"], a) {
+			return false
+		}
+	}
+	return q.Get("serializable") == "true" || hasLeader
 }
 
 // missingSecret names a Secret the Pod mounts that does not exist.
@@ -216,7 +245,17 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 		h.wiped[p.Name] = true
 	}
 	if h.wiped[p.Name] && h.startedBefore(peer) {
-		return false
+		switch {
+		case guardRefuses(p):
+			h.startErrors[p.Name] = dataguard.Refusal + " (member/wal holds no .wal file)"
+			return false
+		case !h.etcdLetsItRejoin(p, flags):
+			// etcd finds its peers ahead of its empty log and exits.
+			return false
+		}
+		// etcd starts empty, receives the leader's snapshot and serves as
+		// the member it was, having forgotten its votes.
+		h.t.Errorf("pod %s: member %s rejoined etcd under its old member ID on an empty data directory (raft's empty-disk hazard)", p.Name, name)
 	}
 	delete(h.wiped, p.Name)
 	if err := h.etcd.StartVersion(peer, name, clientURL, version); err != nil {
@@ -227,6 +266,25 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 		h.etcd.Snapshot(peer)
 	}
 	return true
+}
+
+// guardRefuses: etcd starts through the data guard and the Pod carries the
+// member ID the guard checks the data directory against.
+func guardRefuses(p *corev1.Pod) bool {
+	cmd := p.Spec.Containers[0].Command
+	return len(cmd) > 1 && cmd[1] == "guard-data" && p.Annotations[manifest.AnnotationMemberID] != ""
+}
+
+// etcdLetsItRejoin says whether etcd, started on an empty data directory
+// under a member ID it had, would come back as that member: when the leader
+// changed while it was down (the new leader has no match index for it and
+// sends it a snapshot), or when it is the newest member (its initial
+// cluster is the whole membership, so it finds nothing amiss).
+func (h *harness) etcdLetsItRejoin(p *corev1.Pod, flags map[string]string) bool {
+	if h.etcd.Leader() != 0 && h.etcd.Leader() != h.wipedUnder[p.Name] {
+		return true
+	}
+	return len(strings.Split(flags["--initial-cluster"], ",")) == len(h.etcd.Members())
 }
 
 // freshVolume reports whether the Pod's data claim is another one than the

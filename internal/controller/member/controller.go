@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -271,16 +270,6 @@ func (r *Reconciler) realize(ctx context.Context, s *state) (ctrl.Result, error)
 		return ctrl.Result{}, err
 	}
 	return r.observe(ctx, s)
-}
-
-func (r *Reconciler) writeStatus(ctx context.Context, s *state) error {
-	if equality.Semantic.DeepEqual(s.original.Status, s.member.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, s.member, client.MergeFrom(s.original)); err != nil {
-		return fmt.Errorf("writing member status: %w", err)
-	}
-	return nil
 }
 
 func (r *Reconciler) event(obj client.Object, warning bool, reason, action, format string, args ...any) {

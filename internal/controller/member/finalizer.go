@@ -23,17 +23,12 @@ func (r *Reconciler) finalize(ctx context.Context, s *state) (ctrl.Result, error
 		return ctrl.Result{}, nil
 	}
 	if s.cluster != nil && s.cluster.DeletionTimestamp == nil && !teardown.Going(ctx, r.APIReader, m.Namespace) {
-		// Until etcd lets it go it is still a member: keep reporting on it
-		// (its health counts in every quorum projection), but create or
-		// restart nothing.
-		res := ctrl.Result{}
-		if s.pod != nil && ownedBy(s.pod, m) {
-			var err error
-			if res, err = r.observe(ctx, s); err != nil {
-				return res, err
-			}
-		}
-		return res, r.writeStatus(ctx, s)
+		// Until etcd lets it go it is still a member: it keeps running
+		// (its Pod is made again if it goes) and reporting (its health
+		// counts in every quorum projection). A member deleted while it
+		// serves leaves only once its replacement joined, and the volume
+		// goes with it only then.
+		return r.keep(ctx, s)
 	}
 	patch := client.MergeFrom(m.DeepCopy())
 	controllerutil.RemoveFinalizer(m, manifest.MemberFinalizer)
@@ -41,4 +36,13 @@ func (r *Reconciler) finalize(ctx context.Context, s *state) (ctrl.Result, error
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return ctrl.Result{}, nil
+}
+
+// keep runs a deleted member that etcd still lists as any other member.
+func (r *Reconciler) keep(ctx context.Context, s *state) (ctrl.Result, error) {
+	res, err := r.realize(ctx, s)
+	if werr := r.writeStatus(ctx, s); werr != nil && err == nil {
+		err = werr
+	}
+	return res, err
 }

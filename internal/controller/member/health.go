@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/dataguard"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/etcdconn"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
@@ -42,6 +43,9 @@ var lostDataSignatures = []string{
 	"member count is unequal",
 	"cannot fetch cluster info from peer urls",
 	"could not retrieve cluster information from the given URLs",
+	// The data guard (package dataguard) refused to start etcd without the
+	// member's write-ahead log.
+	dataguard.Refusal,
 }
 
 // podLost marks a tmpfs member whose Pod is gone: its data went with the Pod,

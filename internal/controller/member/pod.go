@@ -211,10 +211,10 @@ func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (h
 	return manifest.SecretHashes(manifest.HashSecrets(uses, secrets)), "", nil
 }
 
-// syncPod keeps the two things the operator changes on a running Pod: the
-// voter label the client Service and the PodDisruptionBudget select on, and
-// the initial cluster state the next container start reads ("existing"
-// never goes back to "new").
+// syncPod keeps what the operator changes on a running Pod: the voter label
+// the client Service and the PodDisruptionBudget select on, the initial
+// cluster state the next container start reads ("existing" never goes back
+// to "new"), and the member ID the data guard checks against.
 func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	pod, m := s.pod, s.member
 	labels := maps.Clone(pod.Labels)
@@ -232,7 +232,14 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	if pod.Annotations[manifest.AnnotationInitialClusterState] == manifest.StateExisting {
 		state = manifest.StateExisting
 	}
-	if maps.Equal(labels, pod.Labels) && pod.Annotations[manifest.AnnotationInitialClusterState] == state {
+	// The data guard reads the member ID at every start of etcd's
+	// container: from the first report on, a start without the member's
+	// write-ahead log is refused.
+	id := pod.Annotations[manifest.AnnotationMemberID]
+	if m.Status.MemberID != "" {
+		id = m.Status.MemberID
+	}
+	if maps.Equal(labels, pod.Labels) && pod.Annotations[manifest.AnnotationInitialClusterState] == state && pod.Annotations[manifest.AnnotationMemberID] == id {
 		return nil
 	}
 	patch := client.MergeFrom(pod.DeepCopy())
@@ -241,6 +248,9 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[manifest.AnnotationInitialClusterState] = state
+	if id != "" {
+		pod.Annotations[manifest.AnnotationMemberID] = id
+	}
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
 		return fmt.Errorf("updating pod labels: %w", err)
 	}
@@ -259,20 +269,4 @@ func (r *Reconciler) sleep(ctx context.Context, s *state) (ctrl.Result, error) {
 	st.PodName, st.PodUID, st.Replicas = "", "", 0
 	set(s, conditions.Ready, false, conditions.ReasonPaused, "The cluster is paused; this member is dormant")
 	return ctrl.Result{}, nil
-}
-
-func setPending(s *state) {
-	set(s, conditions.Ready, false, conditions.ReasonPending, "Waiting for the cluster controller to add this member to etcd")
-}
-
-func (r *Reconciler) setNotReady(s *state, reason, message string) {
-	set(s, conditions.Ready, false, reason, message)
-}
-
-func set(s *state, typ string, status bool, reason, message string) {
-	st := metav1.ConditionFalse
-	if status {
-		st = metav1.ConditionTrue
-	}
-	conditions.Set(&s.member.Status.Conditions, s.member.Generation, typ, st, reason, message, s.now)
 }

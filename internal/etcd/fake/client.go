@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
@@ -228,8 +229,14 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 	}
 	st := &etcd.Status{
 		ClusterID: f.c.clusterID, MemberID: m.ID, Leader: f.c.leaderSeenBy(m),
-		RaftIndex: f.c.commit, RaftTerm: 2, RaftAppliedIndex: f.c.commit,
+		RaftIndex: f.c.commit, RaftTerm: m.term, RaftAppliedIndex: f.c.commit,
 		IsLearner: m.IsLearner, Version: m.version,
+	}
+	if st.Leader == 0 {
+		st.Errors = append(st.Errors, "etcdserver: no leader")
+	}
+	for _, id := range slices.Sorted(maps.Keys(f.c.alarms)) {
+		st.Errors = append(st.Errors, fmt.Sprintf("memberID:%d alarm:%s ", id, f.c.alarms[id]))
 	}
 	if f.c.downgrade != "" {
 		st.DowngradeTarget = f.c.downgrade + ".0"
@@ -293,7 +300,8 @@ func (f *client) MoveLeader(_ context.Context, transferee uint64) error {
 	case !f.c.connected(t):
 		return fmt.Errorf("fake: leader transfer to %016x: %w", transferee, context.DeadlineExceeded)
 	}
-	f.c.leader = transferee
+	f.c.setLeader(transferee)
+	f.c.syncTerms()
 	return nil
 }
 

@@ -47,6 +47,11 @@ type Cluster struct {
 	members   map[uint64]*member
 	leader    uint64
 	commit    uint64
+	// term is raft's term: it moves on with every change of leader.
+	term uint64
+	// alarms are the alarms raised, by member ID (etcd keeps them in the
+	// replicated store: every member reports all of them).
+	alarms map[uint64]string
 	// downgrade is the minor ("3.6") a downgrade in progress goes to;
 	// downgradeAt is when it was enabled, lowered whether etcd's version
 	// monitor has set the cluster version to it yet.
@@ -85,7 +90,11 @@ type member struct {
 	connectedAt time.Time
 	// caughtUp: its applied index follows the leader's.
 	caughtUp bool
-	version  string
+	// term is the last term the member saw: the cluster's while it is
+	// connected, the one it was cut off in otherwise (pre-vote keeps a
+	// member cut off from raising its own).
+	term    uint64
+	version string
 	// logFrom is the minor of the oldest etcd that wrote entries the
 	// member would replay on a restart (those after its last snapshot).
 	logFrom int
@@ -102,6 +111,7 @@ func New(clusterID uint64, clk clock.PassiveClock) *Cluster {
 		// Member IDs are random 64-bit numbers, as etcd's are.
 		rng:     rand.New(rand.NewPCG(clusterID, 0x5eed)),
 		members: map[uint64]*member{},
+		alarms:  map[uint64]string{},
 	}
 }
 
@@ -489,6 +499,7 @@ func (c *Cluster) hasQuorum() bool {
 // elect keeps a connected leader while a quorum is connected, or elects the
 // connected voter with the lowest ID; without a quorum there is no leader.
 func (c *Cluster) elect() {
+	defer c.syncTerms()
 	if !c.hasQuorum() {
 		c.leader = 0
 		return
@@ -499,10 +510,56 @@ func (c *Cluster) elect() {
 	c.leader = 0
 	for _, m := range c.voters() {
 		if c.connected(m) {
-			c.leader = m.ID
+			c.setLeader(m.ID)
 			return
 		}
 	}
+}
+
+// setLeader hands leadership to id in a new term.
+func (c *Cluster) setLeader(id uint64) {
+	c.leader = id
+	c.term++
+}
+
+// syncTerms brings every connected member to the cluster's term.
+func (c *Cluster) syncTerms() {
+	for _, m := range c.members {
+		if c.connected(m) && c.leader != 0 {
+			m.term = c.term
+		}
+	}
+}
+
+// RaiseAlarm raises an alarm (AlarmNoSpace, say) on the member with this
+// peer URL, as etcd does when its backend reaches the quota.
+func (c *Cluster) RaiseAlarm(peerURL, typ string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.byPeer(peerURL); m != nil {
+		c.alarms[m.ID] = typ
+	}
+}
+
+// DisarmAlarms clears every alarm.
+func (c *Cluster) DisarmAlarms() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.alarms)
+}
+
+// Alarms lists the alarm types raised, each once.
+func (c *Cluster) Alarms() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, typ := range c.alarms {
+		if !slices.Contains(out, typ) {
+			out = append(out, typ)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // leaderSeenBy is the leader as one member sees it: none when it is cut off.

@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/quorum"
+)
+
+// What "healthy" means. Every decision that can cost quorum (restart a
+// member, remove one, promote a learner) counts only the voters that are
+// healthy by etcd's own report, read fresh in the same pass (observe.go):
+//
+//   - the member's etcd answers its Status call;
+//   - it reports the same leader as the leader reports of itself, in the
+//     same raft term (a member cut off from its peers reports no leader, or
+//     an older term);
+//   - its applied index is within maxAppliedLag entries of the leader's;
+//   - its Pod exists, is not terminating, is the Pod the member controller
+//     recorded (same UID) and is Ready (the readiness probe asks etcd's
+//     /health, which needs a leader and a linearizable read);
+//   - the member is not Lost and not dormant.
+//
+// The member controller's Ready condition is never consulted for this: it
+// is cached, and as old as that controller's last pass.
+
+// maxAppliedLag is how many raft entries a voter may trail the leader's
+// applied index and still count as caught up. A follower serving a busy
+// cluster trails by a few entries; one restoring a snapshot or cut off
+// trails by thousands.
+const maxAppliedLag = 1000
+
+// health says whether a member counts as healthy now, and why not.
+func (w *world) health(m *v1alpha2.EtcdMember) (bool, string) {
+	if why := w.podProblem(m); why != "" {
+		return false, why
+	}
+	return w.etcdHealth(m)
+}
+
+// podProblem says why the member's Pod cannot be relied on, or "".
+func (w *world) podProblem(m *v1alpha2.EtcdMember) string {
+	switch {
+	case m.Spec.Dormant:
+		return "dormant"
+	case lost(m):
+		return "lost"
+	}
+	pod := w.pods[m.Name]
+	switch {
+	case pod == nil:
+		return "no Pod"
+	case pod.DeletionTimestamp != nil:
+		return "its Pod is terminating"
+	case m.Status.PodUID != "" && string(pod.UID) != m.Status.PodUID:
+		return "its Pod was replaced and is not observed yet"
+	case !podReady(pod):
+		return "its Pod is not Ready"
+	}
+	return ""
+}
+
+// etcdHealth judges the member by what etcd reported in this pass.
+func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
+	st := w.etcd.status[m.Name]
+	lead := w.etcd.leader
+	switch {
+	case st == nil && w.etcd.statusErr[m.Name] != nil:
+		return false, "etcd does not answer: " + w.etcd.statusErr[m.Name].Error()
+	case st == nil:
+		return false, "etcd was not asked"
+	case lead == nil:
+		return false, "no member reports a leader"
+	case st.Leader == 0:
+		return false, "etcd reports no leader"
+	case st.Leader != lead.MemberID || st.RaftTerm != lead.RaftTerm:
+		return false, fmt.Sprintf("etcd follows leader %s in term %d, the leader is %s in term %d",
+			etcd.FormatID(st.Leader), st.RaftTerm, etcd.FormatID(lead.MemberID), lead.RaftTerm)
+	case lead.RaftAppliedIndex > st.RaftAppliedIndex+maxAppliedLag:
+		return false, fmt.Sprintf("its applied index %d trails the leader's %d", st.RaftAppliedIndex, lead.RaftAppliedIndex)
+	}
+	return true, ""
+}
+
+// healthy reports whether the member counts towards quorum now.
+func (w *world) healthy(m *v1alpha2.EtcdMember) bool {
+	ok, _ := w.health(m)
+	return ok
+}
+
+// caughtUp reports whether a learner may be promoted: it follows the
+// leader in its term and has applied at least 90% of the leader's log (etcd's
+// own bar for a promotion).
+func (w *world) caughtUp(m *v1alpha2.EtcdMember) (bool, string) {
+	if why := w.podProblem(m); why != "" {
+		return false, why
+	}
+	st, lead := w.etcd.status[m.Name], w.etcd.leader
+	switch {
+	case st == nil || lead == nil:
+		return false, "its progress is unknown"
+	case st.Leader != lead.MemberID || st.RaftTerm != lead.RaftTerm:
+		return false, "it does not follow the leader"
+	case st.RaftAppliedIndex*10 < lead.RaftAppliedIndex*9:
+		return false, fmt.Sprintf("it has applied %d of the leader's %d entries", st.RaftAppliedIndex, lead.RaftAppliedIndex)
+	}
+	return true, ""
+}
+
+// voters lists etcd's voters with their health: the one projection every
+// membership decision uses. A voter no EtcdMember accounts for counts as
+// unhealthy. When etcd's membership could not be read, the members' recorded
+// voter flag stands in (and health still needs etcd's fresh report).
+func (w *world) voters() []quorum.Voter {
+	var out []quorum.Voter
+	if w.etcd.list == nil {
+		for _, m := range w.members {
+			if m.Status.IsVoter && !m.Spec.Dormant {
+				ok, why := w.health(m)
+				out = append(out, quorum.Voter{Name: m.Name, Healthy: ok, Why: why})
+			}
+		}
+		return out
+	}
+	for _, em := range w.etcd.list.Members {
+		if em.IsLearner {
+			continue
+		}
+		m := w.memberOf(em)
+		if m == nil {
+			out = append(out, quorum.Voter{Name: strangerName(em), Why: "no EtcdMember accounts for it"})
+			continue
+		}
+		ok, why := w.health(m)
+		out = append(out, quorum.Voter{Name: m.Name, Healthy: ok, Why: why})
+	}
+	return out
+}
+
+// healthyVoters counts the running voters healthy now: what serves clients.
+func (w *world) healthyVoters() int {
+	n := 0
+	for _, m := range w.running() {
+		if w.isVoter(m) && w.healthy(m) {
+			n++
+		}
+	}
+	return n
+}
+
+// alarms are the alarms the leader (or any member that answered) reports.
+func (w *world) alarms() []string {
+	if w.etcd.leader != nil {
+		return w.etcd.leader.Alarms()
+	}
+	for _, st := range w.etcd.status {
+		if a := st.Alarms(); len(a) > 0 {
+			return a
+		}
+	}
+	return nil
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

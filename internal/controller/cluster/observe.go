@@ -1,0 +1,268 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+	"github.com/seed74754924/etcd-operator/internal/index"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/version"
+)
+
+// Timeouts of the etcd calls a pass makes to observe.
+const (
+	// statusTimeout bounds one member's Status call: a member that takes
+	// longer is not healthy enough to count.
+	statusTimeout = 2 * time.Second
+	// listTimeout bounds reading the membership through the leader.
+	listTimeout = 5 * time.Second
+)
+
+// observe gathers the world a pass decides from: the members the cluster
+// controls (by the UID in their controller reference: labels can be edited,
+// and members of an earlier cluster of the same name are not ours), their
+// Pods, the Secrets they mount, the headless endpoints, and etcd's own
+// view, read fresh.
+func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*world, error) {
+	list := &v1alpha2.EtcdMemberList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(c.Namespace), index.ByController(string(c.UID))); err != nil {
+		return nil, fmt.Errorf("listing members: %w", err)
+	}
+	w := &world{cluster: c, original: c.DeepCopy(), now: r.Clock.Now(), pods: map[string]*corev1.Pod{}, joinGate: r.OperatorImage != ""}
+	for i := range list.Items {
+		m := &list.Items[i]
+		w.members = append(w.members, m)
+		pod := &corev1.Pod{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod); err == nil {
+			w.pods[m.Name] = pod
+		}
+	}
+	if err := r.readSecrets(ctx, w); err != nil {
+		return nil, err
+	}
+	if err := r.readEndpoints(ctx, w); err != nil {
+		return nil, err
+	}
+	r.readEtcd(ctx, w)
+	return w, nil
+}
+
+// readSecrets reads the Secrets the running members mount, from the API
+// server: the operator does not cache Secrets. A missing Secret or key is
+// recorded, not an error: the members report it, and a roll-out holds.
+func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
+	for _, m := range w.running() {
+		for _, u := range manifest.MountedSecrets(m) {
+			sec, ok := w.secrets[u.Name]
+			if !ok {
+				sec = &corev1.Secret{}
+				err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: u.Name}, sec)
+				switch {
+				case apierrors.IsNotFound(err):
+					sec = nil
+				case err != nil:
+					return fmt.Errorf("reading Secret %s: %w", u.Name, err)
+				}
+				if w.secrets == nil {
+					w.secrets = map[string]*corev1.Secret{}
+				}
+				w.secrets[u.Name] = sec
+			}
+			switch {
+			case w.secretProblem != "":
+			case sec == nil:
+				w.secretProblem = fmt.Sprintf("Secret %s (the %s) does not exist", u.Name, u.Purpose)
+			case u.MissingKey(sec) != "":
+				w.secretProblem = fmt.Sprintf("Secret %s (the %s) has no key %s", u.Name, u.Purpose, u.MissingKey(sec))
+			}
+		}
+	}
+	for name, sec := range w.secrets {
+		if sec == nil {
+			delete(w.secrets, name)
+		}
+	}
+	return nil
+}
+
+// readEndpoints records the Pod addresses the cluster's headless
+// EndpointSlices list (from the cache; they are watched).
+func (r *Reconciler) readEndpoints(ctx context.Context, w *world) error {
+	if len(w.pending()) == 0 {
+		return nil
+	}
+	list := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(w.cluster.Namespace), client.MatchingLabels{manifest.LabelCluster: w.cluster.Name}); err != nil {
+		return fmt.Errorf("listing EndpointSlices: %w", err)
+	}
+	w.published = map[string]map[string]bool{}
+	for _, s := range list.Items {
+		svc := s.Labels[discoveryv1.LabelServiceName]
+		if w.published[svc] == nil {
+			w.published[svc] = map[string]bool{}
+		}
+		for _, e := range s.Endpoints {
+			for _, a := range e.Addresses {
+				w.published[svc][a] = true
+			}
+		}
+	}
+	return nil
+}
+
+// readEtcd asks every member whose etcd may run about itself, at once, then
+// reads the membership through the leader, and, while a version change is
+// under way, the cluster version. What cannot be read is recorded, never an
+// error: the planner decides what an unknown means (nothing disruptive).
+func (r *Reconciler) readEtcd(ctx context.Context, w *world) {
+	asked := w.inEtcd()
+	if len(asked) == 0 {
+		return
+	}
+	w.etcd.asked = true
+	w.etcd.status, w.etcd.statusErr = map[string]*etcd.Status{}, map[string]error{}
+	c, err := r.dial(ctx, w, asked)
+	if err != nil {
+		w.etcd.err = err
+		for _, m := range asked {
+			w.etcd.statusErr[m.Name] = err
+		}
+		return
+	}
+	defer func() { _ = c.Close() }()
+	r.readStatuses(ctx, w, c, asked)
+	w.etcd.leader = leaderOf(w.etcd.status)
+	r.readMembership(ctx, w, asked)
+	if w.etcd.list != nil && needsClusterVersion(w) {
+		r.readClusterVersion(ctx, w, c)
+	}
+}
+
+// readStatuses asks each member about itself, in parallel.
+func (r *Reconciler) readStatuses(ctx context.Context, w *world, c etcd.Client, asked []*v1alpha2.EtcdMember) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range asked {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, statusTimeout)
+			defer cancel()
+			st, err := c.Status(sctx, manifest.ClientURL(m))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				w.etcd.statusErr[m.Name] = err
+				return
+			}
+			w.etcd.status[m.Name] = st
+		})
+	}
+	wg.Wait()
+}
+
+// leaderOf picks the leader's own report: a member that says it leads, in
+// the highest term any such member reports.
+func leaderOf(statuses map[string]*etcd.Status) *etcd.Status {
+	var lead *etcd.Status
+	for _, st := range statuses {
+		if st.Leader != 0 && st.Leader == st.MemberID && (lead == nil || st.RaftTerm > lead.RaftTerm) {
+			lead = st
+		}
+	}
+	return lead
+}
+
+// readMembership reads etcd's membership through the leader, which always
+// reaches a quorum; without a known leader, through every member asked (a
+// member cut off answers nothing within the timeout).
+func (r *Reconciler) readMembership(ctx context.Context, w *world, asked []*v1alpha2.EtcdMember) {
+	via := asked
+	for _, m := range asked {
+		if st := w.etcd.status[m.Name]; st != nil && w.etcd.leader != nil && st.MemberID == w.etcd.leader.MemberID {
+			via = []*v1alpha2.EtcdMember{m}
+		}
+	}
+	c, err := r.dial(ctx, w, via)
+	if err != nil {
+		w.etcd.err = err
+		return
+	}
+	defer func() { _ = c.Close() }()
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	list, err := c.MemberList(lctx)
+	if err != nil {
+		w.etcd.err = err
+		return
+	}
+	w.etcd.list = list
+}
+
+// needsClusterVersion: the version is being changed (a member runs or asks
+// for another version than the target, the recorded cluster version is not
+// the target's minor, or a downgrade is enabled).
+func needsClusterVersion(w *world) bool {
+	o := w.cluster.Status.Observed
+	if o == nil {
+		return false
+	}
+	if w.etcd.leader != nil && w.etcd.leader.DowngradeTarget != "" {
+		return true
+	}
+	target, err := version.Parse(o.Version)
+	if err != nil {
+		return false
+	}
+	if w.cluster.Status.ClusterVersion != target.MinorString() {
+		return true
+	}
+	for _, m := range w.running() {
+		if m.Spec.Version != o.Version || (m.Status.Version != "" && m.Status.Version != o.Version) {
+			return true
+		}
+	}
+	return false
+}
+
+// readClusterVersion reads the cluster version from the leader (else any
+// member that answers) and records it in status.
+func (r *Reconciler) readClusterVersion(ctx context.Context, w *world, c etcd.Client) {
+	order := w.inEtcd()
+	if lm := w.leaderMember(); lm != nil {
+		order = append([]*v1alpha2.EtcdMember{lm}, order...)
+	}
+	for _, m := range order {
+		if w.etcd.status[m.Name] == nil {
+			continue
+		}
+		vctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		cv, err := c.ClusterVersion(vctx, manifest.ClientURL(m))
+		cancel()
+		if err == nil {
+			w.etcd.clusterVersion = cv
+			w.cluster.Status.ClusterVersion = cv
+			if w.etcd.leader != nil {
+				w.etcd.downgradeTarget = w.etcd.leader.DowngradeTarget
+			}
+			return
+		}
+	}
+}
+
+// dial connects to the given members.
+func (r *Reconciler) dial(ctx context.Context, w *world, via []*v1alpha2.EtcdMember) (etcd.Client, error) {
+	cfg, err := etcdconn.Config(ctx, r.APIReader, r.Client, w.cluster, via)
+	if err != nil {
+		return nil, err
+	}
+	return r.Dial(ctx, cfg)
+}

@@ -1,0 +1,228 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+)
+
+// The planner: a pure function from the world (observe.go) to at most one
+// change and the reasons for everything it did not do. It never calls the
+// API server or etcd; act.go carries the change out, and status.go sets the
+// conditions from the plan and the outcome, in one place.
+//
+// Priority, highest first. The first stage that makes a change ends the
+// plan; a stage that is refused (to protect quorum) or waits records why
+// and lets the later stages try, unless it says the pass must stop.
+//
+//  1. hold: cert-manager missing before the cluster formed, etcd answering
+//     as another cluster: nothing is changed.
+//  2. target: latch the token and the first target; adopt a changed spec at
+//     a boundary (target reached, or its deadline passed).
+//  3. bootstrap: seed member, its first start, the cluster ID (or its
+//     recovery from the members when status lost it).
+//  4. finish: record the membership of a member etcd already added.
+//  5. membership: members leaving (a deleted member waits for its
+//     replacement while it still serves), etcd members nobody accounts for,
+//     lost members, the learner's promotion, the add of a created member,
+//     members that will never join.
+//  6. scale: wake a dormant member or create one when short; pause or
+//     remove one when over.
+//  7. version: cancel a downgrade etcd still runs for an older target.
+//  8. roll-out: one member at a time onto the target, the leader last.
+//  9. auth: enable authentication once the target is reached.
+
+// changeKind names the one change a plan makes.
+type changeKind int
+
+const (
+	// latchStatus replaces the cluster's status with change.status: the
+	// target, the token, the cluster ID, a roll-out's end.
+	latchStatus changeKind = iota + 1
+	createSeed
+	completeSeed
+	createJoiner
+	addLearner
+	recordJoined
+	promote
+	// removeFromEtcd removes a leaving member from etcd (the leader hands
+	// over first) and releases it.
+	removeFromEtcd
+	// release drops a leaving member's finalizer: etcd does not list it.
+	release
+	removeStray
+	// deleteMember deletes an EtcdMember the operator gives up; it then
+	// leaves etcd through removeFromEtcd.
+	deleteMember
+	setDormant
+	wake
+	restart
+	enableDowngrade
+	cancelDowngrade
+	enableAuth
+)
+
+// change is the one change of a plan, with what it needs to be carried out.
+type change struct {
+	kind   changeKind
+	member *v1alpha2.EtcdMember
+	// etcdID is the etcd member a removal or promotion is about.
+	etcdID uint64
+	// handOver is the voter the leader hands its leadership to first.
+	handOver *v1alpha2.EtcdMember
+	// initial is the initialCluster recorded on a member.
+	initial string
+	// version is a downgrade's target version.
+	version string
+	// status is the cluster status a latch writes.
+	status *v1alpha2.EtcdClusterStatus
+	// reason and message describe the change in its Event (and, for a
+	// deletion, why the member goes).
+	reason, message string
+}
+
+// plan is what the planner decided.
+type plan struct {
+	change *change
+	// progress is what the operator works on (Progressing=True), or waits
+	// for; empty when the pass brings nothing new.
+	progress finding
+	// hold is why nothing can be changed at all.
+	hold *finding
+	// refused are the changes held back to protect quorum, with the member
+	// each is about (if any).
+	refused []refusal
+	// stuck says why a roll-out stopped (Degraded=RollOutStuck).
+	stuck *refusal
+	// versionRefused says why the asked version cannot be reached.
+	versionRefused string
+	// requeue is a real timer the plan waits on (etcd's own timers, a
+	// settle period); zero when a watch event brings the next pass.
+	requeue time.Duration
+}
+
+// refusal is a change held back, for Degraded and a Warning Event.
+type refusal struct {
+	message string
+	about   client.Object
+}
+
+// Requeue timers of the planner; each waits for something no watch reports.
+const (
+	// etcdRetry: etcd refuses a membership change until a voter joined or
+	// changed ~5 s ago (its strict reconfiguration check), and a learner
+	// catches up on its own; polling them briefly is the only way to know.
+	etcdRetry = time.Second
+	// unreachableRetry: etcd did not answer; members' readiness events
+	// usually bring the next pass sooner.
+	unreachableRetry = 5 * time.Second
+	// versionPoll: etcd changes its cluster version by itself, a moment
+	// after the members.
+	versionPoll = 2 * time.Second
+)
+
+// planner builds a plan from a world.
+type planner struct {
+	w *world
+	p plan
+}
+
+// stage is one stage of the plan; it returns true when the plan is complete
+// (a change was chosen, or the pass must stop here).
+type stage func(*planner) bool
+
+// decide is the planner: the stages in priority order.
+func decide(w *world) plan {
+	pl := &planner{w: w}
+	for _, s := range []stage{
+		(*planner).holds,
+		(*planner).latchFirstTarget,
+		(*planner).latchChangedTarget,
+		(*planner).bootstrap,
+		(*planner).etcdReachable,
+		(*planner).recordJoined,
+		(*planner).removeLeaving,
+		(*planner).removeStrays,
+		(*planner).retireLost,
+		(*planner).promoteLearner,
+		(*planner).addPending,
+		(*planner).retireStuckJoiners,
+		(*planner).scale,
+		(*planner).cancelStaleDowngrade,
+		(*planner).rollOut,
+		(*planner).enableAuth,
+	} {
+		if s(pl) {
+			break
+		}
+	}
+	return pl.p
+}
+
+// act chooses a change and completes the plan.
+func (pl *planner) act(c *change) bool {
+	pl.p.change = c
+	return true
+}
+
+// working records what the operator works on.
+func (pl *planner) working(reason, format string, args ...any) {
+	pl.p.progress = finding{reason, fmt.Sprintf(format, args...)}
+}
+
+// wait records what the pass waits for and completes the plan, with a timer
+// when nothing watched will bring the next pass.
+func (pl *planner) wait(after time.Duration, reason, format string, args ...any) bool {
+	pl.working(reason, format, args...)
+	pl.p.requeue = after
+	return true
+}
+
+// refuse records a change held back to protect quorum; the later stages
+// still try, so a refused removal never holds the repair of another member.
+func (pl *planner) refuse(about client.Object, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	pl.p.refused = append(pl.p.refused, refusal{message: msg, about: about})
+	pl.working(conditions.ReasonRefused, "Holding membership changes: %s", msg)
+}
+
+// holds stops every change while cert-manager, which a new cluster's TLS
+// needs, is missing, or while etcd answers as another cluster.
+func (pl *planner) holds() bool {
+	w := pl.w
+	if msg := w.features.certManagerMissing; msg != "" && w.cluster.Status.ClusterID == "" {
+		pl.p.hold = &finding{conditions.ReasonCertManagerNotInstalled, msg}
+		pl.p.requeue = certManagerPoll
+		return true
+	}
+	if l := w.etcd.list; l != nil && w.cluster.Status.ClusterID != "" && etcd.FormatID(l.ClusterID) != w.cluster.Status.ClusterID {
+		pl.p.hold = &finding{conditions.ReasonClusterIDMismatch, fmt.Sprintf(
+			"etcd answers as cluster %s, but this EtcdCluster latched cluster %s: no membership change is made. "+
+				"If the latched ID is wrong (its status was edited or restored), remove status.clusterID and the operator recovers it from the members; "+
+				"otherwise the members run a cluster that is not this one", etcd.FormatID(l.ClusterID), w.cluster.Status.ClusterID)}
+		return true
+	}
+	return false
+}
+
+// etcdReachable stops the membership stages when etcd was asked and could
+// not say who its members are. With nobody to ask (paused, or no Pod yet)
+// they see no membership and only scaling acts.
+func (pl *planner) etcdReachable() bool {
+	w := pl.w
+	if !w.etcd.asked || w.etcd.list != nil {
+		return false
+	}
+	pl.working(conditions.ReasonClusterUnreachable, "Cannot read etcd's membership: %v", w.etcd.err)
+	if len(w.running()) < w.desired() && len(w.dormant()) > 0 {
+		// Waking a dormant member needs nobody's answer.
+		return false
+	}
+	pl.p.requeue = unreachableRetry
+	return true
+}
