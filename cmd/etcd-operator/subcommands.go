@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 
 	"github.com/seed74754924/etcd-operator/internal/dataguard"
@@ -31,6 +32,10 @@ func guardData(_ context.Context, args []string) error {
 		return err
 	}
 	path, err := exec.LookPath(args[0])
+	if err != nil && !strings.Contains(args[0], "/") {
+		// etcd's images keep it in /usr/local/bin, whatever PATH says.
+		path, err = exec.LookPath("/usr/local/bin/" + args[0])
+	}
 	if err != nil {
 		return fmt.Errorf("guard-data: %w", err)
 	}
