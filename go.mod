@@ -3,6 +3,7 @@ module github.com/seed74754924/etcd-operator
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/creack/pty v1.1.18
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-containerregistry v0.22.1

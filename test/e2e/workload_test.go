@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/history"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
@@ -45,15 +48,36 @@ type writer struct {
 	stop    chan struct{}
 	done    chan struct{}
 	start   time.Time
+
+	// hist records every put of the writer and every read of its reader,
+	// for the linearizability check; lastSeq is the writer's last key.
+	hist    history.Recorder
+	lastSeq atomic.Int64
+	reads   atomic.Int64
 }
 
 func startWriter(t *testing.T, ns, cluster string) *writer {
 	t.Helper()
 	w := &writer{t: t, ns: ns, cluster: cluster, acked: map[string]string{}, marks: map[string]time.Time{},
 		stop: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
-	go w.run()
+	w.lastSeq.Store(-1)
+	readerDone := make(chan struct{})
+	go w.run(w.done, w.put)
+	go w.run(readerDone, w.read)
+	w.done = mergeDone(w.done, readerDone)
 	t.Cleanup(w.halt)
 	return w
+}
+
+// mergeDone is closed once both are.
+func mergeDone(a, b chan struct{}) chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		<-a
+		<-b
+		close(out)
+	}()
+	return out
 }
 
 func (w *writer) halt() {
@@ -65,8 +89,9 @@ func (w *writer) halt() {
 	<-w.done
 }
 
-func (w *writer) run() {
-	defer close(w.done)
+// run calls op every 50 ms with a client of the cluster's current Pods.
+func (w *writer) run(done chan struct{}, op func(*clientv3.Client, int) bool) {
+	defer close(done)
 	var c *clientv3.Client
 	defer func() {
 		if c != nil {
@@ -86,7 +111,7 @@ func (w *writer) run() {
 			c = w.reconnect(c)
 			refresh = time.Now()
 		}
-		if c != nil && w.put(c, seq) {
+		if c != nil && op(c, seq) {
 			// Logged in with a password that changed: dial again with
 			// the current one, as a client would.
 			_ = c.Close()
@@ -116,9 +141,20 @@ func (w *writer) reconnect(c *clientv3.Client) *clientv3.Client {
 // refused.
 func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
 	key, value := fmt.Sprintf("e2e/%s/%08d", w.cluster, seq), fmt.Sprintf("v%d-%d", seq, time.Now().UnixNano())
+	if seq%4 == 3 {
+		// A key written over and over: its reads check the order of
+		// writes, not only their presence.
+		key = registerKey(w.cluster)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	call := time.Now()
 	_, err := c.Put(ctx, key, value)
+	w.hist.Record(history.Op{Client: 0, Kind: history.Put, Key: key, Value: value, Call: call, Return: time.Now(), Err: err})
+	w.lastSeq.Store(int64(seq))
+	if key == registerKey(w.cluster) {
+		return err != nil && errors.Is(etcd.Classify(err), etcd.ErrAuthFailed)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
@@ -129,6 +165,55 @@ func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
 	w.acked[key] = value
 	w.ackedAt = append(w.ackedAt, time.Now())
 	return false
+}
+
+// registerKey is the key the writer writes over and over.
+func registerKey(cluster string) string { return "e2e-register/" + cluster }
+
+// read reads, linearizably, the register or a key the writer wrote (or is
+// writing) lately, and records what it saw.
+func (w *writer) read(c *clientv3.Client, seq int) bool {
+	last := w.lastSeq.Load()
+	if last < 0 {
+		return false
+	}
+	key := registerKey(w.cluster)
+	if seq%2 == 0 {
+		key = fmt.Sprintf("e2e/%s/%08d", w.cluster, max(0, last-int64(seq%3)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	call := time.Now()
+	resp, err := c.Get(ctx, key)
+	op := history.Op{Client: 1, Kind: history.Get, Key: key, Call: call, Return: time.Now(), Err: err}
+	if err == nil && len(resp.Kvs) > 0 {
+		op.Found, op.Value = true, string(resp.Kvs[0].Value)
+	}
+	w.hist.Record(op)
+	if err == nil {
+		w.reads.Add(1)
+	}
+	return err != nil && errors.Is(etcd.Classify(err), etcd.ErrAuthFailed)
+}
+
+// checkLinearizable checks the history of the writer and its reader; a
+// violation fails the test and leaves a visualisation under bin/histories.
+func (w *writer) checkLinearizable() {
+	w.t.Helper()
+	ops := w.hist.Ops()
+	file, _ := filepath.Abs(filepath.Join("..", "..", "bin", "histories", strings.NewReplacer("/", "_", " ", "_").Replace(w.t.Name())+"-"+w.cluster+".html"))
+	_ = os.MkdirAll(filepath.Dir(file), 0o755)
+	v, err := history.Check(ops, time.Minute, file)
+	switch {
+	case err != nil:
+		w.t.Errorf("checking the history: %v", err)
+	case v.Timeout:
+		w.t.Logf("history: %s; visualisation in %s", v, file)
+	case !v.Linearizable:
+		w.t.Errorf("the clients' history is not linearizable (%s); visualisation in %s", v, file)
+	default:
+		w.t.Logf("history: %s (%d reads)", v, w.reads.Load())
+	}
 }
 
 // mark remembers the moment a phase of the scenario begins ("disrupted",
@@ -231,6 +316,7 @@ func (w *writer) verify(after string) {
 		w.t.Errorf("%d of %d acknowledged writes lost", lost, len(acked))
 	}
 	w.t.Logf("writer: %d writes acknowledged and all present, %d failed; longest stall %s", len(acked), failed, stall.Round(time.Millisecond))
+	w.checkLinearizable()
 }
 
 // readBack reads every key the writer wrote.
