@@ -134,7 +134,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	if err := r.report(ctx, w, p, o); err != nil {
-		if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {
+		if apierrors.IsNotFound(err) || teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {
+			// Deleted while the pass ran: nothing is left to report on.
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
