@@ -152,6 +152,14 @@ test-e2e: tools sandbox-deps sandbox-bin image image-faults ## The operator's en
 bench: tools sandbox-deps sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
 	$(TOOLS_ENV) $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
 
+SOAK_DURATION ?= 30m
+SOAK_SEED ?= 0
+SOAK_CLUSTERS ?= 2
+.PHONY: soak
+soak: tools sandbox-deps sandbox-bin image image-faults ## A seeded random schedule of faults (SOAK_DURATION, SOAK_SEED, SOAK_CLUSTERS) on a fresh sandbox, with writers and readers; report in bin/soak-report.{txt,json}.
+	$(TOOLS_ENV) $(GO) test -count=1 -tags soak -timeout 0 -run '^TestSoak$$' -v ./test/e2e/ \
+		-soak.duration=$(SOAK_DURATION) -soak.seed=$(SOAK_SEED) -soak.clusters=$(SOAK_CLUSTERS) | grep -v '^{"level"'
+
 .PHONY: test
 test: tools check-generate vet lint unit test-api test-cert-manager test-sandbox test-e2e ## Everything CI checks.
 	@echo "make test: all checks passed"
