@@ -210,8 +210,9 @@ func (s *soak) hold(lo, hi int) {
 // someMember picks a running member of the cluster.
 func (s *soak) someMember(c *soakCluster) string {
 	var names []string
+	ps := pods(s.t, soakNS, c.name)
 	for _, m := range members(s.t, soakNS, c.name) {
-		if m.DeletionTimestamp == nil {
+		if _, ok := ps[m.Name]; ok && m.DeletionTimestamp == nil {
 			names = append(names, m.Name)
 		}
 	}
@@ -284,11 +285,13 @@ func (s *soak) monitorQuorum() func() {
 	for _, c := range s.clusters {
 		in := false
 		stops = append(stops, every(250*time.Millisecond, func() {
-			voters, led, err := connectedVoters(c.name)
+			voters, led, served, err := connectedVoters(c.name)
 			if err != nil {
 				return
 			}
-			lost := led < voters/2+1
+			// A member slow to answer its status is not proof of a lost
+			// quorum; a linearizable read that fails as well is.
+			lost := led < voters/2+1 && !served
 			if lost && !in {
 				s.lossAt(c.name, voters, led)
 			}
@@ -316,19 +319,24 @@ func (s *soak) lossAt(cluster string, voters, led int) {
 }
 
 // connectedVoters asks each member of the cluster whom it follows: the
-// voters, and how many of them follow a leader.
-func connectedVoters(cluster string) (voters, led int, err error) {
+// voters, how many of them follow a leader, and whether a linearizable read
+// (which needs a quorum) succeeds.
+func connectedVoters(cluster string) (voters, led int, served bool, err error) {
 	c, err := clusterClient(soakNS, cluster)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	list, err := c.MemberList(ctx, clientv3.WithSerializable())
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
+	rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+	_, rerr := c.Get(rctx, registerKey(cluster))
+	rcancel()
+	served = rerr == nil
 	for _, m := range list.Members {
 		if m.IsLearner || len(m.ClientURLs) == 0 {
 			if !m.IsLearner {
@@ -344,7 +352,7 @@ func connectedVoters(cluster string) (voters, led int, err error) {
 			led++
 		}
 	}
-	return voters, led, nil
+	return voters, led, served, nil
 }
 
 // report prints the soak's findings, writes them under bin/, and fails on
@@ -362,7 +370,8 @@ func (s *soak) report(seed uint64) {
 		Duration string          `json:"duration"`
 		Clusters []clusterReport `json:"clusters"`
 		Losses   []quorumLoss    `json:"quorumLosses"`
-	}{Seed: seed, Duration: soakDuration.String(), Losses: s.losses}
+		Actions  []action        `json:"actions"`
+	}{Seed: seed, Duration: soakDuration.String(), Losses: s.losses, Actions: s.actions}
 	var b strings.Builder
 	fmt.Fprintf(&b, "soak: seed %d, %s\n", seed, *soakDuration)
 	for _, c := range s.clusters {
@@ -383,6 +392,12 @@ func (s *soak) report(seed uint64) {
 		out.Clusters = append(out.Clusters, r)
 		// Every acknowledged write present, the history linearizable.
 		c.w.verify("")
+	}
+	fmt.Fprintf(&b, "faults:\n")
+	for _, a := range s.actions {
+		if a.By == "fault" {
+			fmt.Fprintf(&b, "  %s %s %s\n", a.At.Format(time.TimeOnly), a.Cluster, a.What)
+		}
 	}
 	for _, l := range s.losses {
 		fmt.Fprintf(&b, "quorum lost on %s at %s (%d of %d voters led), after %s %q\n", l.Cluster, l.At.Format(time.TimeOnly), l.Led, l.Voters, l.After.By, l.After.What)
