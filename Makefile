@@ -24,7 +24,7 @@ FAULTS_IMAGE_TAR := bin/etcd-operator-faults-image.tar
 
 .PHONY: help
 help: ## Show the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: tools
 tools: ## Build the pinned toolchain (Kubernetes, etcd, containerd, CoreDNS, linter) from the module proxy; prints its bin directory.
