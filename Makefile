@@ -24,7 +24,7 @@ FAULTS_IMAGE_TAR := bin/etcd-operator-faults-image.tar
 
 .PHONY: help
 help: ## Show the targets.
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: tools
 tools: ## Build the pinned toolchain (Kubernetes, etcd, containerd, CoreDNS, linter) from the module proxy; prints its bin directory.
@@ -86,6 +86,19 @@ check-generate: ## Fail if the committed generated files are stale.
 		exit 1; \
 	fi
 
+# --- tests ----------------------------------------------------------------------
+# Each go test runs with -json through hack/testtimes (bin/testtimes), which
+# prints what go test prints without -json as the tests run and keeps the
+# events in bin/test-times/<tier>.json; `make test` also times each step and
+# prints the slowest tests and each tier's time at the end, after a failure too.
+TESTTIMES := bin/testtimes
+TEST_TIMES := $(CURDIR)/bin/test-times
+RECORD := $(CURDIR)/$(TESTTIMES) record -dir $(TEST_TIMES)
+
+# Built under make -n too (the +): `make -n test` runs it to show each step.
+$(TESTTIMES): $(wildcard hack/testtimes/*.go)
+	+$(GO) build -o $@ ./hack/testtimes
+
 .PHONY: vet
 vet: ## go vet.
 	$(GO) vet ./...
@@ -96,21 +109,24 @@ lint: tools ## golangci-lint with the project's config.
 	"$$(hack/tools.sh | tail -n1)/golangci-lint" run ./...
 
 .PHONY: unit
-unit: tools ## Unit tests (no API server, no sandbox; the agents' run real etcd, etcdutl and MinIO from the toolchain).
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /test/)
+unit: tools $(TESTTIMES) ## Unit tests (no API server, no sandbox; the agents' run real etcd, etcdutl and MinIO from the toolchain).
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -json -count=1 $$($(GO) list ./... | grep -v -e /test/) \
+		| $(RECORD) unit
 
 .PHONY: test-api
-test-api: tools ## CRD tests on a real kube-apiserver.
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 10m ./test/api/...
+test-api: tools $(TESTTIMES) ## CRD tests on a real kube-apiserver.
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -json -count=1 -timeout 10m ./test/api/... | $(RECORD) api
 
 # hack/cert-manager is a module of its own; its tests run the toolchain's
 # build of it (make tools) against a bare kube-apiserver. test/certmanager
 # runs the same binary as the sandbox installs it (RBAC, arguments).
 .PHONY: test-cert-manager
-test-cert-manager: tools ## cert-manager's real controllers issue and renew on a real kube-apiserver, with the sandbox's RBAC.
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -count=1 -timeout 10m ./test/certmanager/...
+test-cert-manager: tools $(TESTTIMES) ## cert-manager's real controllers issue and renew on a real kube-apiserver, with the sandbox's RBAC.
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -json -count=1 -timeout 10m ./test/certmanager/... \
+		| $(RECORD) cert-manager
 	bin="$$(hack/tools.sh | tail -n1)"; cd hack/cert-manager && GOWORK=off ETCD_OPERATOR_TOOLS_BIN="$$bin" \
-		CERT_MANAGER_CONTROLLER="$$bin/cert-manager-controller" $(GO) test -count=1 -timeout 10m .
+		CERT_MANAGER_CONTROLLER="$$bin/cert-manager-controller" $(GO) test -json -count=1 -timeout 10m . \
+		| $(RECORD) -append cert-manager
 
 # --- sandbox (a local Kubernetes with real nodes, no container engine; needs root)
 # The toolchain's bin directory comes first on PATH, so kubectl is the pinned one.
@@ -141,12 +157,12 @@ sandbox-down: ## Stop the sandbox and remove everything it made (works after a c
 	@if [[ -x bin/sandbox ]]; then bin/sandbox down; else $(GO) run ./cmd/sandbox down; fi
 
 .PHONY: test-sandbox
-test-sandbox: tools sandbox-deps ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
-	$(TOOLS_ENV) $(GO) test -count=1 -timeout 20m ./test/sandbox/...
+test-sandbox: tools sandbox-deps $(TESTTIMES) ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
+	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 20m ./test/sandbox/... | $(RECORD) sandbox
 
 .PHONY: test-e2e
-test-e2e: tools sandbox-deps sandbox-bin image image-faults ## The operator's end-to-end suites on a sandbox of their own (needs root).
-	$(TOOLS_ENV) $(GO) test -count=1 -timeout 75m -parallel 2 ./test/e2e/...
+test-e2e: tools sandbox-deps sandbox-bin image image-faults $(TESTTIMES) ## The operator's end-to-end suites on a sandbox of their own (needs root).
+	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 75m -parallel 2 ./test/e2e/... | $(RECORD) e2e
 
 .PHONY: bench
 bench: tools sandbox-deps sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
@@ -160,6 +176,16 @@ soak: tools sandbox-deps sandbox-bin image image-faults ## A seeded random sched
 	$(TOOLS_ENV) $(GO) test -count=1 -tags soak -timeout 0 -run '^TestSoak$$' -v ./test/e2e/ \
 		-soak.duration=$(SOAK_DURATION) -soak.seed=$(SOAK_SEED) -soak.clusters=$(SOAK_CLUSTERS) | grep -v '^{"level"'
 
+# make test's steps in order, each as <tier>:<target>. They run one at a time,
+# each in a make of its own, stopping at the first failure (or not, with -k).
+TEST_STEPS := static:tools static:check-generate static:vet static:lint unit:unit api:test-api \
+	cert-manager:test-cert-manager sandbox:test-sandbox e2e:test-e2e
+
 .PHONY: test
-test: tools check-generate vet lint unit test-api test-cert-manager test-sandbox test-e2e ## Everything CI checks.
+test: $(TESTTIMES) ## Everything CI checks; ends with the slowest tests and each tier's time, also when a step fails.
+	@$(TESTTIMES) run -dir $(TEST_TIMES) -make "$(MAKE)" $(TEST_STEPS)
 	@echo "make test: all checks passed"
+
+.PHONY: test-times
+test-times: $(TESTTIMES) ## Print the slowest tests and each tier's time of the last run again (bin/test-times/).
+	@$(TESTTIMES) summary -dir $(TEST_TIMES)

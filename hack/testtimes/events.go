@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// testTime is one run of a test, top-level or subtest.
+type testTime struct {
+	Tier    string  `json:"tier"`
+	Package string  `json:"package"`
+	Test    string  `json:"test"`
+	Seconds float64 `json:"seconds"`
+	// Result is pass, fail, skip, or unfinished: still running when its
+	// package ended (a timeout) or when the events stopped (a killed run).
+	Result string `json:"result"`
+
+	// started is when the test started, or resumed if it is parallel.
+	started time.Time
+}
+
+func (t *testTime) topLevel() bool { return !strings.Contains(t.Test, "/") }
+
+func (t *testTime) failed() bool { return t.Result == "fail" || t.Result == "unfinished" }
+
+// packageEnd is how a package's tests ended.
+type packageEnd struct {
+	result      string // pass, fail or skip
+	buildFailed bool
+	at          time.Time
+}
+
+// tierEvents is what one tier's recorded events say.
+type tierEvents struct {
+	tests       []testTime
+	packages    map[string]*packageEnd
+	pkgOrder    []string
+	first, last time.Time // the span of the events' times
+	modTime     time.Time // when the file was last written
+}
+
+func readEvents(path, tier string) (*tierEvents, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	te := &tierEvents{packages: map[string]*packageEnd{}, modTime: info.ModTime()}
+	running := map[string]int{} // package and test → index in te.tests of its latest run
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadBytes('\n')
+		var ev event
+		if len(line) > 0 && json.Unmarshal(line, &ev) == nil {
+			te.add(tier, &ev, running)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	te.closeUnfinished()
+	return te, nil
+}
+
+func (te *tierEvents) add(tier string, ev *event, running map[string]int) {
+	if !ev.Time.IsZero() {
+		if te.first.IsZero() || ev.Time.Before(te.first) {
+			te.first = ev.Time
+		}
+		if ev.Time.After(te.last) {
+			te.last = ev.Time
+		}
+	}
+	if ev.Package == "" {
+		return
+	}
+	key := ev.Package + "\x00" + ev.Test
+	switch {
+	case ev.Test != "" && ev.Action == "run":
+		running[key] = len(te.tests)
+		te.tests = append(te.tests, testTime{Tier: tier, Package: ev.Package, Test: ev.Test, started: ev.Time})
+	case ev.Test != "" && ev.Action == "cont":
+		if i, ok := running[key]; ok {
+			te.tests[i].started = ev.Time
+		}
+	case ev.Test != "" && isEnd(ev.Action):
+		if i, ok := running[key]; ok {
+			t := &te.tests[i]
+			t.Result, t.Seconds = ev.Action, max(ev.Elapsed, since(t.started, ev.Time))
+		}
+	case ev.Test == "" && isEnd(ev.Action):
+		if _, seen := te.packages[ev.Package]; !seen {
+			te.pkgOrder = append(te.pkgOrder, ev.Package)
+		}
+		te.packages[ev.Package] = &packageEnd{result: ev.Action, buildFailed: ev.FailedBuild != "", at: ev.Time}
+	}
+}
+
+// since is the seconds from start to end, or 0 if either is unknown. A
+// test's own Elapsed leaves out the time its parallel subtests ran after it
+// returned (a table of parallel subtests takes "0.00s"); the span of its
+// events from its start, or its resumption if it is parallel itself, to its
+// end does not.
+func since(start, end time.Time) float64 {
+	if start.IsZero() || end.IsZero() || !end.After(start) {
+		return 0
+	}
+	return end.Sub(start).Seconds()
+}
+
+func isEnd(action string) bool { return action == "pass" || action == "fail" || action == "skip" }
+
+// closeUnfinished gives each test that never ended the time it had run when
+// its package ended, or when the events stopped.
+func (te *tierEvents) closeUnfinished() {
+	for i := range te.tests {
+		t := &te.tests[i]
+		if t.Result != "" {
+			continue
+		}
+		t.Result = "unfinished"
+		end := te.last
+		if p := te.packages[t.Package]; p != nil && !p.at.IsZero() {
+			end = p.at
+		}
+		t.Seconds = since(t.started, end)
+	}
+}
+
+// failed reports whether any package or test of the tier failed.
+func (te *tierEvents) failed() bool {
+	for _, p := range te.packages {
+		if p.result == "fail" {
+			return true
+		}
+	}
+	for i := range te.tests {
+		if te.tests[i].failed() {
+			return true
+		}
+	}
+	return false
+}
+
+// failure is one thing that went wrong, as precisely as the events say.
+type failure struct {
+	Tier    string `json:"tier"`
+	Package string `json:"package"`
+	Test    string `json:"test,omitempty"`
+	What    string `json:"what"`
+}
+
+// failures lists the packages that did not build, the failing tests none of
+// whose subtests failed (the parents of a failing subtest fail with it and
+// say nothing more), and the packages that failed outside any test.
+func (te *tierEvents) failures(tier string) []failure {
+	var out []failure
+	testFailed := map[string]bool{}
+	for i := range te.tests {
+		t := &te.tests[i]
+		if !t.failed() {
+			continue
+		}
+		testFailed[t.Package] = true
+		if te.failingSubtest(t) {
+			continue
+		}
+		what := "failed"
+		if t.Result == "unfinished" {
+			what = "did not finish: still running when its package (or the run) ended"
+		}
+		out = append(out, failure{Tier: tier, Package: t.Package, Test: t.Test, What: what})
+	}
+	for _, name := range te.pkgOrder {
+		switch p := te.packages[name]; {
+		case p.buildFailed:
+			out = append(out, failure{Tier: tier, Package: name, What: "build failed"})
+		case p.result == "fail" && !testFailed[name]:
+			out = append(out, failure{Tier: tier, Package: name, What: "failed outside its tests (TestMain, or before any test ran)"})
+		}
+	}
+	return out
+}
+
+func (te *tierEvents) failingSubtest(parent *testTime) bool {
+	for i := range te.tests {
+		t := &te.tests[i]
+		if t.Package == parent.Package && t.failed() && strings.HasPrefix(t.Test, parent.Test+"/") {
+			return true
+		}
+	}
+	return false
+}

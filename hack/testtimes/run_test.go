@@ -1,0 +1,120 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// fakeMake is a make whose target "unit" fails with status 3 and every
+// other target passes; each target it runs is appended to ran.
+func fakeMake(t *testing.T) (makeCmd, ran string) {
+	t.Helper()
+	dir := t.TempDir()
+	ran = filepath.Join(dir, "ran")
+	makeCmd = filepath.Join(dir, "make")
+	script := "#!/bin/sh\n" +
+		"# $1 is --no-print-directory, $2 the target.\n" +
+		"echo \"$2\" >> " + ran + "\n" +
+		"[ \"$2\" != unit ] || exit 3\n"
+	if err := os.WriteFile(makeCmd, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return makeCmd, ran
+}
+
+func TestRunStopsAtTheFirstFailingStep(t *testing.T) {
+	tests := []struct {
+		name       string
+		keepGoing  bool
+		wantRan    string
+		wantStates []string
+	}{
+		{name: "stops", wantRan: "tools\nvet\nunit\n", wantStates: []string{passed, passed, failed, notRun}},
+		{name: "keeps going with make -k", keepGoing: true, wantRan: "tools\nvet\nunit\ntest-api\n", wantStates: []string{passed, passed, failed, passed}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, ran, rec := runFakeMake(t, tt.keepGoing)
+			if code != 3 {
+				t.Errorf("run = %d, want unit's status 3", code)
+			}
+			if ran != tt.wantRan {
+				t.Errorf("ran %q, want %q", ran, tt.wantRan)
+			}
+			var states []string
+			for _, s := range rec.Steps {
+				states = append(states, s.State)
+			}
+			if !reflect.DeepEqual(states, tt.wantStates) || rec.Steps[2].Exit != 3 {
+				t.Errorf("steps %+v, want states %v and unit's exit 3", rec.Steps, tt.wantStates)
+			}
+		})
+	}
+}
+
+// runFakeMake runs tools, vet, unit and test-api with the fake make in a
+// directory an earlier run left an e2e.json in, and returns the exit status,
+// the targets the fake make ran, and the steps file.
+func runFakeMake(t *testing.T, keepGoing bool) (int, string, *steps) {
+	t.Helper()
+	plan, err := parseSteps([]string{"static:tools", "static:vet", "unit:unit", "api:test-api"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	makeCmd, ran := fakeMake(t)
+	dir := filepath.Join(t.TempDir(), "test-times")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	earlier := filepath.Join(dir, "e2e.json")
+	if err := os.WriteFile(earlier, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{dir: dir, make: makeCmd, keepGoing: keepGoing}
+	code, err := r.run(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(earlier); !os.IsNotExist(err) {
+		t.Errorf("an earlier run's e2e.json is still there (%v)", err)
+	}
+	targets, err := os.ReadFile(ran)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := readSteps(dir)
+	if err != nil || rec == nil {
+		t.Fatalf("steps: %v, %v", rec, err)
+	}
+	return code, string(targets), rec
+}
+
+func TestParseSteps(t *testing.T) {
+	for _, bad := range []string{"unit", ":unit", "unit:"} {
+		if _, err := parseSteps([]string{bad}); err == nil {
+			t.Errorf("parseSteps(%q) accepted it", bad)
+		}
+	}
+}
+
+func TestMakeFlag(t *testing.T) {
+	tests := []struct {
+		makeflags string
+		want      bool
+	}{
+		{"", false},
+		{"k", true},
+		{"ks -j2 --jobserver-auth=3,4", true},
+		{"s", false},
+		{" --no-print-directory", false},
+		{"-- GO=go1.26", false},
+		{" -- k=1", false},
+	}
+	for _, tt := range tests {
+		if got := makeFlag(tt.makeflags, 'k'); got != tt.want {
+			t.Errorf("makeFlag(%q, 'k') = %v, want %v", tt.makeflags, got, tt.want)
+		}
+	}
+}
