@@ -228,14 +228,27 @@ func (s *soak) operatorNode() string {
 	return list.Items[0].Spec.NodeName
 }
 
-// recovered waits until the cluster is reconciled with 3 members and takes
-// writes again.
+// soakSettle is how long a cluster must stay whole before the next fault: a
+// fault takes seconds to show (a wiped member is found lost when etcd
+// exits), and the status right after it still shows the cluster before.
+const soakSettle = 15 * time.Second
+
+// recovered waits until the cluster is reconciled with 3 members, etcd's
+// membership matches them, and it stays so for the settle period.
 func (s *soak) recovered(c *soakCluster, timeout time.Duration) bool {
+	var since time.Time
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(context.Context) (bool, error) {
 		cl := getCluster(s.t, soakNS, c.name)
 		p := conditions.Get(cl.Status.Conditions, conditions.Progressing)
-		return p != nil && p.Reason == conditions.ReasonReconciled && p.ObservedGeneration == cl.Generation && cl.Status.ReadyMembers == 3 &&
-			etcdMatchesMembers(s.t, soakNS, c.name) == nil, nil
+		whole := p != nil && p.Reason == conditions.ReasonReconciled && p.ObservedGeneration == cl.Generation && cl.Status.ReadyMembers == 3 &&
+			etcdMatchesMembers(s.t, soakNS, c.name) == nil
+		switch {
+		case !whole:
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		}
+		return whole && time.Since(since) >= soakSettle, nil
 	})
 	return err == nil
 }
