@@ -234,6 +234,12 @@ func TestPlanHealthIsWhatEtcdSays(t *testing.T) {
 			w: healthyWorld(3, wantVersion("3.6.17"), rolledOut("m1"), noPod("m1")), progress: "m1"},
 		{name: "claim 2: a restarted member whose Pod is not Ready holds the roll",
 			w: healthyWorld(3, wantVersion("3.6.17"), rolledOut("m2"), podNotReady("m2")), progress: "m2"},
+		{name: "a member restarted to take a snapshot before its next minor comes back before it moves on",
+			w: healthyWorld(3, wantVersion("3.7.3"), podNotReady("m1"), func(w *world) {
+				m := member(w, "m1")
+				m.Annotations = map[string]string{manifest.AnnotationSnapshotCount: "1"}
+				w.pods["m1"].Annotations[manifest.AnnotationTemplateHash] = manifest.TemplateHash(m)
+			}), progress: "m1"},
 		{name: "claim 2: two members down hold the roll",
 			w: healthyWorld(3, wantVersion("3.6.17"), podNotReady("m1"), podNotReady("m2")), progress: "healthy"},
 		{name: "claim 3: a member whose data directory was lost is replaced",

@@ -111,8 +111,15 @@ func downAndOutdated(w *world) *v1alpha2.EtcdMember {
 		}
 		down = m
 	}
-	if down == nil || w.pods[down.Name] == nil || w.upToDate(down) || !w.isVoter(down) {
+	switch {
+	case down == nil || w.upToDate(down) || !w.isVoter(down):
+		return nil
+	case w.pods[down.Name] == nil:
 		// No Pod: one is being made, from the member's spec as it is.
+		return nil
+	case down.Annotations[manifest.AnnotationSnapshotCount] != "":
+		// Restarted to take a snapshot before its next minor: that
+		// restart must come back (and snapshot) first.
 		return nil
 	}
 	return down
