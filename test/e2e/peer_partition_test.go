@@ -33,6 +33,7 @@ func TestPeerPartitionDuringRoll(t *testing.T) {
 	w := startWriter(t, ns, name)
 	w.requireWritesAfter("", 10, time.Minute)
 	cut, connected := followerAndOthers(t, ns, name)
+	cutUID := string(pods(t, ns, name)[cut].UID)
 	w.mark("cut")
 	if err := sb.PartitionPorts(context.Background(), ns, cut, 2380); err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func TestPeerPartitionDuringRoll(t *testing.T) {
 	patchCluster(t, ns, name, func(c *v1alpha2.EtcdCluster) {
 		c.Spec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("120m")}}
 	})
-	rollHeldFor(t, ns, name, cut, connected)
+	rollHeldFor(t, ns, name, cut, cutUID, connected)
 	w.mark("healing")
 	healed = true
 	if err := sb.Heal(context.Background(), ns, cut); err != nil {
@@ -104,21 +105,31 @@ func followerAndOthers(t *testing.T, ns, name string) (string, map[string]string
 }
 
 // rollHeldFor waits until the operator holds the roll-out for the member cut
-// off, failing if it restarted a connected member meanwhile.
-func rollHeldFor(t *testing.T, ns, name, cut string, connected map[string]string) {
+// off, or restarted that member (its new Pod has a new address, which the
+// cut does not cover), failing if it restarted a connected member while the
+// cut member was cut off.
+func rollHeldFor(t *testing.T, ns, name, cut, cutUID string, connected map[string]string) {
 	t.Helper()
 	var restarted atomic.Value
+	var cutRestarted atomic.Bool
 	stop := every(200*time.Millisecond, func() {
 		ps := pods(t, ns, name)
+		if p, ok := ps[cut]; !ok || string(p.UID) != cutUID {
+			cutRestarted.Store(true)
+		}
+		if cutRestarted.Load() {
+			return
+		}
 		for m, uid := range connected {
 			if p, ok := ps[m]; !ok || string(p.UID) != uid {
 				restarted.CompareAndSwap(nil, m)
 			}
 		}
 	})
-	eventually(t, time.Minute, "the roll held for "+cut, func() (bool, string) {
+	eventually(t, time.Minute, "the roll held for "+cut+", or "+cut+" restarted first", func() (bool, string) {
 		p := conditions.Get(getCluster(t, ns, name).Status.Conditions, conditions.Progressing)
-		return p != nil && p.Reason == conditions.ReasonRollingOut && strings.Contains(p.Message, cut) && strings.Contains(p.Message, "healthy"), condString(p)
+		held := p != nil && p.Reason == conditions.ReasonRollingOut && strings.Contains(p.Message, cut) && strings.Contains(p.Message, "healthy")
+		return held || cutRestarted.Load(), condString(p)
 	})
 	stop()
 	if m := restarted.Load(); m != nil {
