@@ -163,7 +163,7 @@ test-sandbox: tools sandbox-deps $(TESTTIMES) ## The sandbox's own end-to-end te
 # The end-to-end suites of make test: what only real nodes prove, within its
 # 20-minute budget. Every other suite runs in make test-full; docs/testing.md
 # names what proves the same in make test.
-E2E_CORE := TestDrainKeepsQuorum|TestPeerPartitionDuringRoll|TestDataDirLossReplaced|TestMigrate|TestNamespaceDeletion|TestDeletionLeavesNothing|TestTLSModes|TestSnapshotAndRestore
+E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestRollStopsOnAStuckMember|TestPeerPartitionDuringRoll|TestDataDirLossReplaced|TestMigrate|TestNamespaceDeletion|TestDeletionLeavesNothing|TestTLSModes|TestSnapshotAndRestore
 E2E_CORE_SKIP := ^TestSnapshotAndRestore$$/^failures$$
 .PHONY: test-e2e
 test-e2e: tools sandbox-deps sandbox-bin image image-faults $(TESTTIMES) ## The operator's core end-to-end suites on a sandbox of their own (needs root).
