@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -56,8 +58,12 @@ func init() { suiteNamespaces = append(suiteNamespaces, soakNS) }
 // faultKinds are the faults the schedule draws from.
 var faultKinds = []string{
 	"pod-kill", "pod-delete", "operator-kill", "partition", "peer-partition",
-	"node-stop", "volume-wipe", "scale-up-down", "roll-out",
+	"node-stop", "volume-wipe", "scale-up-down", "roll-out", "version-roll", "cert-renewal",
 }
+
+// soakNextVersion is the release a version roll-out moves a cluster to from
+// the one it runs: up a minor, and back down.
+var soakNextVersion = map[string]string{etcdVersion: "3.7.3", "3.7.3": etcdVersion}
 
 // action is one thing that happened to a cluster: a fault the soak made, or
 // a change the operator made (from its Events).
@@ -86,6 +92,14 @@ type soakCluster struct {
 	stuck   []string
 	faults  map[string]int
 	healthy bool
+	// tls is the CA and names of a cluster with mutual TLS, whose
+	// certificates a renewal replaces; nil for a plaintext cluster.
+	tls *soakTLS
+}
+
+type soakTLS struct {
+	ca      *testCA
+	domains []string
 }
 
 type soak struct {
@@ -107,8 +121,16 @@ func TestSoak(t *testing.T) {
 	namespace(t, soakNS)
 	for i := range *soakClusters {
 		name := fmt.Sprintf("soak-%d", i)
-		newCluster(t, soakNS, name, 3)
-		s.clusters = append(s.clusters, &soakCluster{name: name, stalls: map[string]time.Duration{}, faults: map[string]int{}})
+		c := &soakCluster{name: name, stalls: map[string]time.Duration{}, faults: map[string]int{}}
+		// The last cluster runs with mutual TLS, so certificate renewals
+		// have a cluster to roll.
+		if i == *soakClusters-1 {
+			c.tls = newSoakTLS(t, name)
+			newCluster(t, soakNS, name, 3, c.tls.spec(name))
+		} else {
+			newCluster(t, soakNS, name, 3)
+		}
+		s.clusters = append(s.clusters, c)
 	}
 	for _, c := range s.clusters {
 		waitReconciled(t, soakNS, c.name, 3, 5*time.Minute)
@@ -121,6 +143,9 @@ func TestSoak(t *testing.T) {
 	for n := 0; time.Now().Before(deadline); n++ {
 		c := s.clusters[s.rng.IntN(len(s.clusters))]
 		kind := faultKinds[s.rng.IntN(len(faultKinds))]
+		if kind == "cert-renewal" {
+			c = s.clusters[len(s.clusters)-1]
+		}
 		s.inject(n, c, kind)
 	}
 	stopMonitors()
@@ -197,8 +222,63 @@ func (s *soak) apply(c *soakCluster, kind string) error {
 			cl.Spec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}
 		})
 		return nil
+	case "version-roll":
+		from := getCluster(s.t, soakNS, c.name).Spec.Version
+		to, ok := soakNextVersion[from]
+		if !ok {
+			return fmt.Errorf("no version to roll %s to", from)
+		}
+		patchCluster(s.t, soakNS, c.name, func(cl *v1alpha2.EtcdCluster) { cl.Spec.Version = to })
+		return nil
+	case "cert-renewal":
+		if c.tls == nil {
+			return fmt.Errorf("skipped: cluster %s has no TLS", c.name)
+		}
+		return c.tls.renew(s.t, c.name)
 	}
 	return fmt.Errorf("unknown fault %s", kind)
+}
+
+func newSoakTLS(t *testing.T, name string) *soakTLS {
+	ca := newNamedCA(t, "soak CA "+name)
+	st := &soakTLS{ca: ca, domains: []string{"*." + name + "." + soakNS + ".svc", "*." + name + "." + soakNS + ".svc.cluster.local", name + "-client." + soakNS + ".svc", "localhost"}}
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	operator := ca.issue(t, "operator", nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	createTLSSecret(t, soakNS, name+"-server", ca.issue(t, "server", st.domains, usage), ca.certPEM)
+	createTLSSecret(t, soakNS, name+"-peer", ca.issue(t, "peer", st.domains[:2], usage), ca.certPEM)
+	createTLSSecret(t, soakNS, name+"-operator", operator, ca.certPEM)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.certPEM)
+	clientTLS.Store(soakNS+"/"+name, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*x509Pair(t, operator)}})
+	return st
+}
+
+// spec gives a cluster the TLS Secrets.
+func (st *soakTLS) spec(name string) func(*v1alpha2.EtcdCluster) {
+	return func(c *v1alpha2.EtcdCluster) {
+		c.Spec.TLS = &v1alpha2.EtcdClusterTLS{
+			Client: &v1alpha2.ClientTLS{
+				ServerSecretRef:         &corev1.LocalObjectReference{Name: name + "-server"},
+				OperatorClientSecretRef: &corev1.LocalObjectReference{Name: name + "-operator"},
+			},
+			Peer: &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: name + "-peer"}},
+		}
+	}
+}
+
+// renew issues new server and peer certificates from the same CA, as a
+// certificate manager does before expiry, and waits until the operator
+// started rolling them out (the cluster's generation does not change, so
+// without this the wait for recovery could see the cluster before it).
+func (st *soakTLS) renew(t *testing.T, name string) error {
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	changedAt := metav1.Now().Rfc3339Copy()
+	updateSecret(t, soakNS, name+"-server", pairData(st.ca.issue(t, "server", st.domains, usage)))
+	updateSecret(t, soakNS, name+"-peer", pairData(st.ca.issue(t, "peer", st.domains[:2], usage)))
+	return wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		lr := getCluster(t, soakNS, name).Status.LastRollOut
+		return lr != nil && !lr.StartTime.Before(&changedAt) && lr.Cause == v1alpha2.RollOutCauseSecrets, nil
+	})
 }
 
 // hold waits a random time between lo and hi seconds: how long a fault lasts.
