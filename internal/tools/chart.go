@@ -18,11 +18,17 @@ import (
 // pinned Kubernetes release, with values laid over the chart's own (as a
 // values file would be), and returns the objects it makes.
 func RenderChart(release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
-	bin, err := BinDir()
+	kube, err := Pinned("KUBERNETES_VERSION")
 	if err != nil {
 		return nil, err
 	}
-	kube, err := Pinned("KUBERNETES_VERSION")
+	return RenderChartFor(kube, release, namespace, values)
+}
+
+// RenderChartFor renders the chart as Helm would install it on a cluster of
+// the given Kubernetes version.
+func RenderChartFor(kube, release, namespace string, values map[string]any) ([]*unstructured.Unstructured, error) {
+	bin, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
