@@ -17,7 +17,9 @@ const (
 	SnapshotFailed   SnapshotPhase = "Failed"
 )
 
-// EtcdSnapshotSpec asks for one snapshot of a cluster.
+// EtcdSnapshotSpec asks for one snapshot of a cluster. The rule that makes
+// it immutable is on EtcdSnapshot's field, not on this type, so a schedule's
+// snapshotTemplate, which embeds it, stays editable.
 type EtcdSnapshotSpec struct {
 	// ClusterRef names the EtcdCluster in the same namespace.
 	ClusterRef corev1.LocalObjectReference `json:"clusterRef"`
@@ -91,7 +93,11 @@ type EtcdSnapshot struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// Spec asks for one snapshot of a cluster. It cannot change once
+	// created: the status describes the snapshot this spec asked for.
+	//
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable; create a new EtcdSnapshot instead"
 	Spec   EtcdSnapshotSpec   `json:"spec"`
 	Status EtcdSnapshotStatus `json:"status,omitempty"`
 }

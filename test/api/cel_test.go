@@ -152,6 +152,12 @@ var celCases = []celCase{
 	{name: "snapshot s3 empty endpoint", kind: snapshot, spec: strings.Replace(snapS3, "endpoint: 'https://s3'", "endpoint: ''", 1), reject: "spec.destination.s3.endpoint in body should be at least 1 chars long"},
 	{name: "snapshot pvc empty claim", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {pvc: {claimName: ''}}", reject: "spec.destination.pvc.claimName in body should be at least 1 chars long"},
 	{name: "snapshot needs a destination", kind: snapshot, spec: "clusterRef: {name: c}", reject: "spec.destination: Required value"},
+	// EtcdSnapshot: the spec is immutable (what was asked is what ran).
+	{name: "snapshot cluster is immutable", kind: snapshot, spec: snapS3, update: strings.Replace(snapS3, "{name: c}\ndest", "{name: other}\ndest", 1), reject: "spec is immutable; create a new EtcdSnapshot instead"},
+	{name: "snapshot s3 key is immutable", kind: snapshot, spec: snapS3, update: strings.Replace(snapS3, "bucket: b,", "bucket: b, key: other.db,", 1), reject: "spec is immutable; create a new EtcdSnapshot instead"},
+	{name: "snapshot pvc claim is immutable", kind: snapshot, spec: snapPVC, update: strings.Replace(snapPVC, "backups", "elsewhere", 1), reject: "spec is immutable; create a new EtcdSnapshot instead"},
+	{name: "snapshot spec unchanged on update", kind: snapshot, spec: snapPVC, update: snapPVC},
+	{name: "schedule template stays editable", kind: schedule, spec: schedMin, update: strings.Replace(schedMin, "backups", "elsewhere", 1)},
 
 	// EtcdSnapshotSchedule: a cron schedule, a time zone apart, retention.
 	{name: "schedule minimal", kind: schedule, spec: schedMin},
@@ -249,4 +255,19 @@ func parseSpec(t *testing.T, spec string) map[string]any {
 		t.Fatalf("bad spec in test case: %v\n%s", err, spec)
 	}
 	return out
+}
+
+// TestSnapshotMetadataStaysMutable: the immutable spec of an EtcdSnapshot
+// leaves its labels (and so selectors and retention tools) free to change.
+func TestSnapshotMetadataStaysMutable(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	obj := object(t, snapshot, ns, snapS3)
+	if err := k.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	obj.SetLabels(map[string]string{"keep": "forever"})
+	if err := k.Update(ctx, obj); err != nil {
+		t.Fatalf("a label change on an EtcdSnapshot was refused: %v", err)
+	}
 }
