@@ -105,6 +105,16 @@ type Client interface {
 	// dialled to the leader's endpoint alone, or it gets ErrNotLeader.
 	MoveLeader(ctx context.Context, transferee uint64) error
 
+	// Defragment rewrites the backend file of the member at the endpoint (a
+	// client URL) alone, blocking that member while it runs. Repeating it
+	// is harmless.
+	Defragment(ctx context.Context, endpoint string) error
+	// AlarmList lists the alarms raised in the cluster.
+	AlarmList(ctx context.Context) ([]Alarm, error)
+	// AlarmDisarm clears one alarm, or every alarm when the zero Alarm is
+	// given, and returns the alarms it cleared.
+	AlarmDisarm(ctx context.Context, a Alarm) ([]Alarm, error)
+
 	// AuthEnabled reports whether etcd checks credentials (an anonymous
 	// client refused counts as yes).
 	AuthEnabled(ctx context.Context) (bool, error)

@@ -15,21 +15,16 @@ import (
 // Maintenance adds the day-two calls of the kubectl plugin to Client. The
 // operator itself never makes them; they live apart so that the operator's
 // interface (and its fake) stay as narrow as the controllers need.
+// (Defragment and the alarm calls are in Client: the defrag controller
+// makes them.)
 type Maintenance interface {
 	Client
 	// MemberAdd adds a voting member that has not started yet.
 	MemberAdd(ctx context.Context, peerURLs []string) (*Member, error)
-	// Defragment rewrites one member's backend file, blocking that member
-	// while it runs.
-	Defragment(ctx context.Context, endpoint string) error
 	// Compact discards the key history before the current revision, read
 	// from endpoint, and waits until the backend has dropped it. It returns
 	// that revision.
 	Compact(ctx context.Context, endpoint string) (int64, error)
-	AlarmList(ctx context.Context) ([]Alarm, error)
-	// AlarmDisarm clears one alarm, or every alarm when the zero Alarm is
-	// given, and returns the alarms it cleared.
-	AlarmDisarm(ctx context.Context, a Alarm) ([]Alarm, error)
 	// Snapshot streams the backend of the member the client is connected
 	// to; dial a single endpoint to choose it.
 	Snapshot(ctx context.Context) (io.ReadCloser, error)

@@ -1,6 +1,7 @@
 // Package faults injects operator crashes for tests: with
 // ETCD_OPERATOR_FAULT_RESTARTS=N the operator ends each of its first N lives
-// right after the first API write or etcd membership change of that life and
+// right after the first API write or etcd change (membership, leadership,
+// defragmentation, alarm disarm) of that life and
 // starts a new one, with nothing carried over but what the API server and etcd
 // hold. That is a crash between two API calls at every step of whatever the
 // operator is doing, without waiting for a kubelet's restart back-off.
@@ -192,6 +193,30 @@ func (c *etcdClient) Status(ctx context.Context, endpoint string) (*etcd.Status,
 	err := c.l.call(false, func() error {
 		var err error
 		out, err = c.Client.Status(ctx, endpoint)
+		return err
+	})
+	return out, err
+}
+
+func (c *etcdClient) Defragment(ctx context.Context, endpoint string) error {
+	return c.l.call(true, func() error { return c.Client.Defragment(ctx, endpoint) })
+}
+
+func (c *etcdClient) AlarmList(ctx context.Context) ([]etcd.Alarm, error) {
+	var out []etcd.Alarm
+	err := c.l.call(false, func() error {
+		var err error
+		out, err = c.Client.AlarmList(ctx)
+		return err
+	})
+	return out, err
+}
+
+func (c *etcdClient) AlarmDisarm(ctx context.Context, a etcd.Alarm) ([]etcd.Alarm, error) {
+	var out []etcd.Alarm
+	err := c.l.call(true, func() error {
+		var err error
+		out, err = c.Client.AlarmDisarm(ctx, a)
 		return err
 	})
 	return out, err

@@ -100,7 +100,7 @@ func (f *client) MemberAddAsLearner(_ context.Context, peerURLs []string) (*etcd
 		return nil, etcd.ErrTooManyLearners
 	}
 	id := f.c.newID()
-	m := &member{Member: etcd.Member{ID: id, PeerURLs: slices.Clone(peerURLs), IsLearner: true}}
+	m := &member{Member: etcd.Member{ID: id, PeerURLs: slices.Clone(peerURLs), IsLearner: true}, dbSize: newBackend, dbInUse: newBackend}
 	f.c.members[id] = m
 	f.c.commit++
 	out := m.Member
@@ -230,7 +230,7 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 	st := &etcd.Status{
 		ClusterID: f.c.clusterID, MemberID: m.ID, Leader: f.c.leaderSeenBy(m),
 		RaftIndex: f.c.commit, RaftTerm: m.term, RaftAppliedIndex: f.c.commit,
-		IsLearner: m.IsLearner, Version: m.version,
+		IsLearner: m.IsLearner, Version: m.version, DBSize: m.dbSize, DBSizeInUse: m.dbInUse,
 	}
 	if st.Leader == 0 {
 		st.Errors = append(st.Errors, "etcdserver: no leader")

@@ -98,6 +98,12 @@ type member struct {
 	// logFrom is the minor of the oldest etcd that wrote entries the
 	// member would replay on a restart (those after its last snapshot).
 	logFrom int
+	// dbSize is the backend file's size, dbInUse the part of it in use;
+	// defrags counts defragmentations, defragFailures the ones still to
+	// fail (FailDefragment).
+	dbSize, dbInUse int64
+	defrags         int
+	defragFailures  int
 }
 
 // New returns an empty fake cluster with the given cluster ID. The clock
@@ -131,7 +137,7 @@ func (c *Cluster) BootstrapVersion(name, peerURL, clientURL, version string) uin
 	c.members[id] = &member{
 		Member:  etcd.Member{ID: id, Name: name, PeerURLs: []string{peerURL}, ClientURLs: []string{clientURL}},
 		running: true, started: true, caughtUp: true, version: version, connectedAt: c.clock.Now(),
-		logFrom: minor(version),
+		logFrom: minor(version), dbSize: newBackend, dbInUse: newBackend,
 	}
 	if c.clusterVersion == "" {
 		c.clusterVersion = majorMinor(version)
