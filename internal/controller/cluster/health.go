@@ -6,7 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/etcdhealth"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -18,7 +18,8 @@ import (
 //   - it reports the same leader as the leader reports of itself, in the
 //     same raft term (a member cut off from its peers reports no leader, or
 //     an older term);
-//   - its applied index is within maxAppliedLag entries of the leader's;
+//   - its applied index is within etcdhealth.MaxAppliedLag entries of the
+//     leader's (package etcdhealth holds these etcd-side rules);
 //   - its Pod exists, is not terminating, is the Pod the member controller
 //     recorded (same UID) and is Ready (the readiness probe asks etcd's
 //     /health, which needs a leader and a linearizable read);
@@ -26,12 +27,6 @@ import (
 //
 // The member controller's Ready condition is never consulted for this: it
 // is cached, and as old as that controller's last pass.
-
-// maxAppliedLag is how many raft entries a voter may trail the leader's
-// applied index and still count as caught up. A follower serving a busy
-// cluster trails by a few entries; one restoring a snapshot or cut off
-// trails by thousands.
-const maxAppliedLag = 1000
 
 // health says whether a member counts as healthy now, and why not.
 func (w *world) health(m *v1alpha2.EtcdMember) (bool, string) {
@@ -65,24 +60,10 @@ func (w *world) podProblem(m *v1alpha2.EtcdMember) string {
 
 // etcdHealth judges the member by what etcd reported in this pass.
 func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
-	st := w.etcd.status[m.Name]
-	lead := w.etcd.leader
-	switch {
-	case st == nil && w.etcd.statusErr[m.Name] != nil:
+	if st := w.etcd.status[m.Name]; st == nil && w.etcd.statusErr[m.Name] != nil {
 		return false, "etcd does not answer: " + w.etcd.statusErr[m.Name].Error()
-	case st == nil:
-		return false, "etcd was not asked"
-	case lead == nil:
-		return false, "no member reports a leader"
-	case st.Leader == 0:
-		return false, "etcd reports no leader"
-	case st.Leader != lead.MemberID || st.RaftTerm != lead.RaftTerm:
-		return false, fmt.Sprintf("etcd follows leader %s in term %d, the leader is %s in term %d",
-			etcd.FormatID(st.Leader), st.RaftTerm, etcd.FormatID(lead.MemberID), lead.RaftTerm)
-	case lead.RaftAppliedIndex > st.RaftAppliedIndex+maxAppliedLag:
-		return false, fmt.Sprintf("its applied index %d trails the leader's %d", st.RaftAppliedIndex, lead.RaftAppliedIndex)
 	}
-	return true, ""
+	return etcdhealth.Judge(w.etcd.status[m.Name], w.etcd.leader)
 }
 
 // healthy reports whether the member counts towards quorum now.

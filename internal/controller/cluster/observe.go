@@ -14,6 +14,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+	"github.com/seed74754924/etcd-operator/internal/etcdhealth"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/version"
@@ -141,7 +142,7 @@ func (r *Reconciler) readEtcd(ctx context.Context, w *world) {
 	}
 	defer func() { _ = c.Close() }()
 	r.readStatuses(ctx, w, c, asked)
-	w.etcd.leader = leaderOf(w.etcd.status)
+	w.etcd.leader = etcdhealth.LeaderOf(w.etcd.status)
 	r.readMembership(ctx, w, asked)
 	if w.etcd.list != nil && needsClusterVersion(w) {
 		r.readClusterVersion(ctx, w, c)
@@ -167,18 +168,6 @@ func (r *Reconciler) readStatuses(ctx context.Context, w *world, c etcd.Client, 
 		})
 	}
 	wg.Wait()
-}
-
-// leaderOf picks the leader's own report: a member that says it leads, in
-// the highest term any such member reports.
-func leaderOf(statuses map[string]*etcd.Status) *etcd.Status {
-	var lead *etcd.Status
-	for _, st := range statuses {
-		if st.Leader != 0 && st.Leader == st.MemberID && (lead == nil || st.RaftTerm > lead.RaftTerm) {
-			lead = st
-		}
-	}
-	return lead
 }
 
 // readMembership reads etcd's membership through the leader, which always

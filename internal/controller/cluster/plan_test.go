@@ -15,6 +15,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/etcdhealth"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
@@ -406,7 +407,7 @@ func TestHealth(t *testing.T) {
 		{"healthy", func(*world) {}, ""},
 		{"no leader", cutOff("m1"), "no leader"},
 		{"another term", func(w *world) { w.etcd.status["m1"].RaftTerm = 4 }, "term 4"},
-		{"behind", func(w *world) { w.etcd.status["m0"].RaftAppliedIndex = 1000 + maxAppliedLag + 1 }, "trails"},
+		{"behind", func(w *world) { w.etcd.status["m0"].RaftAppliedIndex = 1000 + etcdhealth.MaxAppliedLag + 1 }, "trails"},
 		{"no answer", func(w *world) { delete(w.etcd.status, "m1"); w.etcd.statusErr["m1"] = fmt.Errorf("refused") }, "does not answer"},
 		{"no Pod", func(w *world) { delete(w.pods, "m1") }, "no Pod"},
 		{"Pod terminating", func(w *world) { w.pods["m1"].DeletionTimestamp = ptr.To(metav1.NewTime(t0)) }, "terminating"},
