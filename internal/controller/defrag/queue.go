@@ -1,0 +1,33 @@
+package defrag
+
+import (
+	"context"
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+)
+
+// aheadOf returns the run that goes before this one, or "": one unfinished
+// run per cluster at a time, the oldest (by creation, then name) first.
+func (r *Reconciler) aheadOf(ctx context.Context, d *v1alpha2.EtcdDefrag) (string, error) {
+	list := &v1alpha2.EtcdDefragList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(d.Namespace)); err != nil {
+		return "", fmt.Errorf("listing the runs of the namespace: %w", err)
+	}
+	var first *v1alpha2.EtcdDefrag
+	for i := range list.Items {
+		o := &list.Items[i]
+		if o.Spec.ClusterRef.Name != d.Spec.ClusterRef.Name || finished(o) || o.DeletionTimestamp != nil {
+			continue
+		}
+		if first == nil || olderFirst(o, first) < 0 {
+			first = o
+		}
+	}
+	if first == nil || first.Name == d.Name || olderFirst(d, first) < 0 {
+		return "", nil
+	}
+	return first.Name, nil
+}
