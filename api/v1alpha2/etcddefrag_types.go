@@ -63,9 +63,23 @@ type DefragRule struct {
 // +kubebuilder:validation:Enum=leader;follower
 type DefragMemberRole string
 
+// Member roles.
+const (
+	DefragRoleLeader   DefragMemberRole = "leader"
+	DefragRoleFollower DefragMemberRole = "follower"
+)
+
 // DefragOutcome is what happened to one member.
 // +kubebuilder:validation:Enum=Pending;Skipped;Defragmented;Failed
 type DefragOutcome string
+
+// Member outcomes. Pending is the only one that is not final.
+const (
+	DefragOutcomePending      DefragOutcome = "Pending"
+	DefragOutcomeSkipped      DefragOutcome = "Skipped"
+	DefragOutcomeDefragmented DefragOutcome = "Defragmented"
+	DefragOutcomeFailed       DefragOutcome = "Failed"
+)
 
 // DefragMemberStatus is the outcome for one member.
 type DefragMemberStatus struct {

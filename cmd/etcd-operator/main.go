@@ -31,6 +31,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
+	defragcontroller "github.com/seed74754924/etcd-operator/internal/controller/defrag"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
@@ -173,6 +174,13 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	}
 	if err := setupSnapshots(mgr, opts, reader); err != nil {
 		return err
+	}
+	dr := &defragcontroller.Reconciler{
+		Client: mgr.GetClient(), APIReader: reader,
+		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial,
+	}
+	if err := dr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the EtcdDefrag controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -124,9 +124,9 @@ func (p *pass) overdue() bool {
 func (p *pass) plan() {
 	var leader *v1alpha2.DefragMemberStatus
 	for _, m := range p.members {
-		row := v1alpha2.DefragMemberStatus{Name: m.Name, Role: "follower", Outcome: v1alpha2.DefragOutcome("Pending")}
+		row := v1alpha2.DefragMemberStatus{Name: m.Name, Role: v1alpha2.DefragRoleFollower, Outcome: v1alpha2.DefragOutcomePending}
 		if st := p.status[m.Name]; st.Leader == st.MemberID {
-			row.Role = "leader"
+			row.Role = v1alpha2.DefragRoleLeader
 			leader = &row
 			continue
 		}
@@ -143,20 +143,20 @@ func (r *Reconciler) step(ctx context.Context, p *pass) (ctrl.Result, error) {
 	d := p.run
 	for i := range d.Status.Members {
 		row := &d.Status.Members[i]
-		if row.Outcome != "Pending" {
+		if row.Outcome != v1alpha2.DefragOutcomePending {
 			continue
 		}
 		p.markRunning(i)
 		m, st := p.member(row.Name), p.status[row.Name]
 		if m == nil || st == nil {
-			p.done(row, "Failed", ReasonMemberGone)
+			p.done(row, v1alpha2.DefragOutcomeFailed, ReasonMemberGone)
 			continue
 		}
 		if row.Reason != reasonDefragmenting {
 			v := judge(d.Spec.Rule, sizes{st.DBSize, st.DBSizeInUse}, quotaOf(p.cluster))
 			if !v.defrag {
 				row.DBSizeBefore = st.DBSize
-				p.done(row, "Skipped", ReasonBelowThreshold)
+				p.done(row, v1alpha2.DefragOutcomeSkipped, ReasonBelowThreshold)
 				logger(ctx, d)("Skipped a member the rule does not select", "member", m.Name, "why", v.why)
 				continue
 			}
@@ -185,7 +185,7 @@ func (p *pass) done(row *v1alpha2.DefragMemberStatus, outcome v1alpha2.DefragOut
 	row.Outcome, row.Reason, row.FinishedAt = outcome, reason, &metav1.Time{Time: p.now}
 	p.run.Status.Defragmented = 0
 	for _, m := range p.run.Status.Members {
-		if m.Outcome == "Defragmented" {
+		if m.Outcome == v1alpha2.DefragOutcomeDefragmented {
 			p.run.Status.Defragmented++
 		}
 	}
@@ -226,7 +226,7 @@ func (p *pass) transferee(from *v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
 		}
 		isDone := false
 		for _, row := range p.run.Status.Members {
-			isDone = isDone || (row.Name == m.Name && row.Outcome != "Pending")
+			isDone = isDone || (row.Name == m.Name && row.Outcome != v1alpha2.DefragOutcomePending)
 		}
 		if pick == nil || isDone && !pickDone {
 			pick, pickDone = m, isDone
@@ -249,7 +249,7 @@ func (r *Reconciler) defragment(ctx context.Context, p *pass, row *v1alpha2.Defr
 	err := p.client.Defragment(dctx, manifest.ClientURL(m))
 	cancel()
 	if err != nil {
-		p.done(row, "Failed", ReasonRPCError)
+		p.done(row, v1alpha2.DefragOutcomeFailed, ReasonRPCError)
 		conditions.Record(r.Recorder, p.run, true, "DefragFailed", "Defragment", "Defragmenting member %s failed: %v; the run goes on with the others and ends Failed", m.Name, err)
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
@@ -263,7 +263,7 @@ func (r *Reconciler) defragment(ctx context.Context, p *pass, row *v1alpha2.Defr
 			row.ReclaimedBytes = reclaimed
 		}
 	}
-	p.done(row, "Defragmented", reason)
+	p.done(row, v1alpha2.DefragOutcomeDefragmented, reason)
 	conditions.Record(r.Recorder, p.run, false, "MemberDefragmented", "Defragment", "Defragmented member %s (%s): %d bytes reclaimed", m.Name, row.Role, row.ReclaimedBytes)
 	logger(ctx, p.run)("Defragmented a member; the next waits for the cluster to be healthy", "member", m.Name, "reclaimed", row.ReclaimedBytes)
 	// The member was blocked: give it time to catch up, then check the
@@ -280,7 +280,7 @@ func (r *Reconciler) complete(ctx context.Context, p *pass) {
 	}
 	failed := 0
 	for _, m := range d.Status.Members {
-		if m.Outcome == "Failed" {
+		if m.Outcome == v1alpha2.DefragOutcomeFailed {
 			failed++
 		}
 	}
@@ -312,8 +312,8 @@ func (r *Reconciler) deadlineExceeded(ctx context.Context, p *pass) {
 		}
 	}
 	for i := range d.Status.Members {
-		if row := &d.Status.Members[i]; row.Outcome == "Pending" {
-			p.done(row, "Skipped", reasonNotReached)
+		if row := &d.Status.Members[i]; row.Outcome == v1alpha2.DefragOutcomePending {
+			p.done(row, v1alpha2.DefragOutcomeSkipped, reasonNotReached)
 		}
 	}
 	msg := fmt.Sprintf("The run did not complete within %s", Deadline)
