@@ -186,7 +186,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {
 // check sets DefragChecked and reports whether its reason changed (Events
 // that repeat a condition go out only then).
 func (p *pass) check(ok bool, reason, message string) bool {
-	before := conditions.Get(p.run.Status.Conditions, conditions.DefragChecked)
+	var before *metav1.Condition
+	if c := conditions.Get(p.run.Status.Conditions, conditions.DefragChecked); c != nil {
+		// A copy: Set changes the condition in place.
+		before = c.DeepCopy()
+	}
 	st := metav1.ConditionFalse
 	if ok {
 		st = metav1.ConditionTrue

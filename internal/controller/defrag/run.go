@@ -164,7 +164,7 @@ func (r *Reconciler) step(ctx context.Context, p *pass) (ctrl.Result, error) {
 		if st.Leader == st.MemberID && len(p.members) > 1 {
 			return r.handOver(ctx, p, m)
 		}
-		return r.defragment(ctx, p, row, m, st)
+		return r.defragment(ctx, p, i, m, st)
 	}
 	r.complete(ctx, p)
 	return ctrl.Result{}, nil
@@ -238,13 +238,15 @@ func (p *pass) transferee(from *v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
 // defragment records the decision and the size before, then defragments
 // the member and records the outcome. A crash after the first write
 // defragments it again on the next pass, which is harmless.
-func (r *Reconciler) defragment(ctx context.Context, p *pass, row *v1alpha2.DefragMemberStatus, m *v1alpha2.EtcdMember, st *etcd.Status) (ctrl.Result, error) {
-	if row.Reason != reasonDefragmenting {
+func (r *Reconciler) defragment(ctx context.Context, p *pass, i int, m *v1alpha2.EtcdMember, st *etcd.Status) (ctrl.Result, error) {
+	if row := &p.run.Status.Members[i]; row.Reason != reasonDefragmenting {
 		row.Reason, row.DBSizeBefore = reasonDefragmenting, st.DBSize
 		if err := r.writeStatus(ctx, p); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
+	// The write decoded the answer into the run: take the row afresh.
+	row := &p.run.Status.Members[i]
 	dctx, cancel := context.WithTimeout(ctx, defragTimeout)
 	err := p.client.Defragment(dctx, manifest.ClientURL(m))
 	cancel()

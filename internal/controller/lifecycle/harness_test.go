@@ -24,6 +24,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	clusterctrl "github.com/seed74754924/etcd-operator/internal/controller/cluster"
+	defragctrl "github.com/seed74754924/etcd-operator/internal/controller/defrag"
 	memberctrl "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	etcdfake "github.com/seed74754924/etcd-operator/internal/etcd/fake"
@@ -53,6 +54,7 @@ type harness struct {
 
 	cluster *clusterctrl.Reconciler
 	member  *memberctrl.Reconciler
+	defrag  *defragctrl.Reconciler
 	events  *recorder
 
 	// Crash injection: a life started by restart(k) ends after k mutating
@@ -139,7 +141,7 @@ func newHarness(t *testing.T) *harness {
 		etcd: etcdfake.New(0xc1, clk), clock: clk, events: &recorder{},
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme).
-		WithStatusSubresource(&v1alpha2.EtcdCluster{}, &v1alpha2.EtcdMember{}, &corev1.Pod{}, &corev1.Node{})
+		WithStatusSubresource(&v1alpha2.EtcdCluster{}, &v1alpha2.EtcdMember{}, &v1alpha2.EtcdDefrag{}, &corev1.Pod{}, &corev1.Node{})
 	for _, f := range index.Fields() {
 		b = b.WithIndex(f.Object, f.Name, f.Extract)
 	}
@@ -204,6 +206,7 @@ func (h *harness) restart(crashAfter int) {
 	dial := h.life.Dialer(h.countingDialer())
 	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 	h.member = &memberctrl.Reconciler{Client: memberClient, APIReader: memberClient, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+	h.defrag = &defragctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
 }
 
 // delayedWrite is a member status write held back (statusDelay).
@@ -295,6 +298,12 @@ func (h *harness) step() {
 	}
 	if h.afterCluster != nil {
 		h.afterCluster()
+	}
+	defrags := &v1alpha2.EtcdDefragList{}
+	_ = h.c.List(ctx, defrags)
+	for _, d := range defrags.Items {
+		_, err := h.defrag.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&d)})
+		h.checkError("defrag "+d.Name, err)
 	}
 	// A status or budget that went stale while the operator was down is
 	// what any operator leaves; they are judged once the operator ran again.
@@ -418,6 +427,26 @@ func (c *countingClient) ChangeRootPassword(ctx context.Context, password string
 	err := c.Client.ChangeRootPassword(ctx, password)
 	c.h.record("change-password", "root", err)
 	return c.h.count(err)
+}
+
+// Defragment is recorded with whether the member led when it was asked
+// (checkDefrag fails the test for a leader of several members, or a
+// cluster not at rest).
+func (c *countingClient) Defragment(ctx context.Context, endpoint string) error {
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	c.h.checkDefrag(endpoint)
+	err := c.Client.Defragment(ctx, endpoint)
+	c.h.record("defrag", endpoint, err)
+	return c.h.count(err)
+}
+
+func (c *countingClient) AlarmDisarm(ctx context.Context, a etcd.Alarm) ([]etcd.Alarm, error) {
+	c.h.callMu.Lock()
+	defer c.h.callMu.Unlock()
+	out, err := c.Client.AlarmDisarm(ctx, a)
+	c.h.record("disarm", a.Type, err)
+	return out, c.h.count(err)
 }
 
 func (h *harness) record(op, what string, err error) {
