@@ -27,6 +27,9 @@ type scenario struct {
 	// noPassword starts an auth cluster before its root password Secret
 	// exists: it converges but cannot enable authentication yet.
 	noPassword bool
+	// finished, if set, must hold too for the scenario to be done (for
+	// work that leaves the cluster converged throughout).
+	finished func(h *harness) bool
 }
 
 // TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
@@ -97,6 +100,12 @@ func crashScenarios() []scenario {
 				}
 			}
 		}},
+		{name: "defragment 3 members, the leader last, NOSPACE disarmed", start: 3, target: 3, disrupt: func(h *harness) {
+			h.fragment("c", 300*mib, 50*mib)
+			f := h.follower("c")
+			h.etcd.RaiseAlarm(manifest.PeerURL(&f), etcd.AlarmNoSpace)
+			h.createDefrag("d", "c")
+		}, finished: func(h *harness) bool { return h.defragFinished("d")() }, check: defragmentedOnceEach},
 		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
 			for _, m := range h.members("c")[:2] {
 				if err := h.c.Delete(context.Background(), &m); err != nil {
@@ -114,6 +123,27 @@ func restartedOnce(h *harness) {
 		if n > 2 {
 			h.t.Errorf("member %s was started %d times in a roll of one restart each", name, n)
 		}
+	}
+}
+
+// defragmentedOnceEach checks that a run resumed after a crash reports
+// what a run without one does: every member defragmented, with the size it
+// had before the first Defragment call, the leader last, and no alarm left.
+func defragmentedOnceEach(h *harness) {
+	d := h.getDefrag("d")
+	if d.Status.Phase != v1alpha2.DefragComplete || d.Status.Defragmented != 3 {
+		h.t.Fatalf("run ended %s with %d defragmented: %+v", d.Status.Phase, d.Status.Defragmented, d.Status.Conditions)
+	}
+	for i, r := range d.Status.Members {
+		if r.Outcome != v1alpha2.DefragOutcomeDefragmented || r.DBSizeBefore != 300*mib || r.ReclaimedBytes != 250*mib {
+			h.t.Errorf("member row %+v", r)
+		}
+		if (i == len(d.Status.Members)-1) != (r.Role == v1alpha2.DefragRoleLeader) {
+			h.t.Errorf("the leader is not last: %+v", d.Status.Members)
+		}
+	}
+	if a := h.etcd.Alarms(); len(a) != 0 {
+		h.t.Errorf("alarms left: %v", a)
 	}
 }
 
@@ -183,6 +213,10 @@ func (h *harness) setReplicasOrCreate(sc scenario) {
 }
 
 func (h *harness) done(sc scenario) func() bool {
+	if sc.finished != nil {
+		converged := h.converged("c", int(sc.target))
+		return func() bool { return converged() && sc.finished(h) }
+	}
 	if sc.target > 0 {
 		return h.converged("c", int(sc.target))
 	}
