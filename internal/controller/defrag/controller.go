@@ -55,7 +55,7 @@ const (
 type Reconciler struct {
 	Client client.Client
 	// APIReader reads Secrets (not cached) for the etcd client's TLS and
-	// credentials.
+	// credentials, and the runs of a cluster for the queue.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Dial      etcd.Dialer

@@ -10,10 +10,13 @@ import (
 )
 
 // aheadOf returns the run that goes before this one, or "": one unfinished
-// run per cluster at a time, the oldest (by creation, then name) first.
+// run per cluster at a time, the oldest (by creation, then name) first. The
+// runs are read from the API server, not the cache: runs of one cluster may
+// be reconciled at once, and a run the cache has not seen yet must not be
+// taken for absent (two members blocked at once could cost the quorum).
 func (r *Reconciler) aheadOf(ctx context.Context, d *v1alpha2.EtcdDefrag) (string, error) {
 	list := &v1alpha2.EtcdDefragList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(d.Namespace)); err != nil {
+	if err := r.APIReader.List(ctx, list, client.InNamespace(d.Namespace)); err != nil {
 		return "", fmt.Errorf("listing the runs of the namespace: %w", err)
 	}
 	var first *v1alpha2.EtcdDefrag
