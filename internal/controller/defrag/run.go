@@ -52,7 +52,8 @@ func (r *Reconciler) advance(ctx context.Context, p *pass) (ctrl.Result, error) 
 		return ctrl.Result{}, err
 	}
 	if ahead != "" {
-		// The deadline does not run for a queued run's start.
+		// The deadline is not checked while queued (time queued still
+		// counts once the run is first in line, as in the reference).
 		d.Status.Phase = v1alpha2.DefragPending
 		p.check(false, conditions.ReasonQueued, fmt.Sprintf("Waiting for EtcdDefrag %s to finish: one run per cluster at a time", ahead))
 		// The watch on runs wakes this one; the timer is a backstop.
@@ -81,7 +82,13 @@ func (r *Reconciler) advance(ctx context.Context, p *pass) (ctrl.Result, error) 
 // fails the run at once.
 func (r *Reconciler) resolveCluster(ctx context.Context, p *pass) (bool, error) {
 	c := &v1alpha2.EtcdCluster{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.run.Namespace, Name: p.run.Spec.ClusterRef.Name}, c)
+	key := client.ObjectKey{Namespace: p.run.Namespace, Name: p.run.Spec.ClusterRef.Name}
+	err := r.Client.Get(ctx, key, c)
+	if apierrors.IsNotFound(err) {
+		// The cache may not have a cluster created a moment ago: only the
+		// API server's word fails the run.
+		err = r.APIReader.Get(ctx, key, c)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		msg := fmt.Sprintf("EtcdCluster %s does not exist in namespace %s; create a new EtcdDefrag naming an existing cluster", p.run.Spec.ClusterRef.Name, p.run.Namespace)
