@@ -63,10 +63,13 @@ func TestDefragControllerAgainstTheAPIServer(t *testing.T) {
 	create("gone", "nope", ptr.To[int32](0))
 	eventually(t, "a finished run with a TTL of 0 is deleted", func() error {
 		err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, &v1alpha2.EtcdDefrag{})
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return nil
+		case err != nil:
+			return err
 		}
-		return fmt.Errorf("still there: %v", err)
+		return errors.New("still there")
 	})
 
 	c := &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c"}}
