@@ -21,9 +21,10 @@ type raiser interface {
 	raiseNoSpace(t *testing.T, name string)
 }
 
-// defragAndAlarms: a voter defragments on its own; a learner refuses; an
-// alarm is listed by everyone, reported in every member's status, and
-// disarmed once (a second disarm clears nothing).
+// defragAndAlarms: a voter defragments on its own, also cut off from a
+// quorum (the call never goes through raft); a learner refuses; an alarm is
+// listed by everyone, reported in every member's status, and disarmed once
+// (a second disarm clears nothing).
 func defragAndAlarms(t *testing.T, c testCluster) {
 	c.start(t, "m0")
 	via := c.client(t, "m0")
@@ -37,13 +38,15 @@ func defragAndAlarms(t *testing.T, c testCluster) {
 	if st.DBSize <= 0 || st.DBSizeInUse > st.DBSize {
 		t.Errorf("after a defragmentation the backend is %d bytes with %d in use", st.DBSize, st.DBSizeInUse)
 	}
-	if _, err := via.MemberAddAsLearner(ctxT(t), []string{c.peerURL("m1")}); err != nil {
-		t.Fatal(err)
-	}
-	c.start(t, "m1")
-	lc := c.client(t, "m1")
+	grow(t, c, via, "m1")
+	c.eventually(t, "adding m2", func() (bool, string) {
+		_, err := via.MemberAddAsLearner(ctxT(t), []string{c.peerURL("m2")})
+		return err == nil, fmt.Sprint(err)
+	})
+	c.start(t, "m2")
+	lc := c.client(t, "m2")
 	c.eventually(t, "a learner refusing to defragment", func() (bool, string) {
-		err := lc.Defragment(ctxT(t), c.clientURL("m1"))
+		err := lc.Defragment(ctxT(t), c.clientURL("m2"))
 		return errors.Is(err, etcd.ErrLearnerRefused), fmt.Sprint(err)
 	})
 
@@ -58,7 +61,7 @@ func defragAndAlarms(t *testing.T, c testCluster) {
 		t.Fatalf("alarms %+v, want %+v", alarms, want)
 	}
 	c.eventually(t, "the learner reporting the alarm", func() (bool, string) {
-		st, err := lc.Status(ctxT(t), c.clientURL("m1"))
+		st, err := lc.Status(ctxT(t), c.clientURL("m2"))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -74,6 +77,15 @@ func defragAndAlarms(t *testing.T, c testCluster) {
 	}
 	if alarms, err := via.AlarmList(ctxT(t)); err != nil || len(alarms) != 0 {
 		t.Fatalf("alarms after disarming: %+v, %v", alarms, err)
+	}
+
+	c.stop(t, "m1")
+	c.eventually(t, "m0 without a leader", func() (bool, string) {
+		st, err := via.Status(ctxT(t), c.clientURL("m0"))
+		return err == nil && st.Leader == 0, fmt.Sprint(st, err)
+	})
+	if err := via.Defragment(ctxT(t), c.clientURL("m0")); err != nil {
+		t.Errorf("defragmenting a voter cut off from a quorum: %v", err)
 	}
 }
 
