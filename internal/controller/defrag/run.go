@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,19 +48,19 @@ func (r *Reconciler) advance(ctx context.Context, p *pass) (ctrl.Result, error) 
 	if ok, err := r.resolveCluster(ctx, p); !ok {
 		return ctrl.Result{}, err
 	}
-	ahead, err := r.aheadOf(ctx, d)
+	q, err := r.standing(ctx, d)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if ahead != "" {
-		// The deadline is not checked while queued (time queued still
-		// counts once the run is first in line, as in the reference).
+	if q.ahead != "" {
+		// The deadline is not checked while queued, and does not count
+		// the time queued (overdue).
 		d.Status.Phase = v1alpha2.DefragPending
-		p.check(false, conditions.ReasonQueued, fmt.Sprintf("Waiting for EtcdDefrag %s to finish: one run per cluster at a time", ahead))
+		p.check(false, conditions.ReasonQueued, fmt.Sprintf("Waiting for EtcdDefrag %s to finish: one run per cluster at a time", q.ahead))
 		// The watch on runs wakes this one; the timer is a backstop.
 		return ctrl.Result{RequeueAfter: retry}, nil
 	}
-	if p.overdue() {
+	if p.overdue(q.turnSince) {
 		r.deadlineExceeded(ctx, p)
 		return ctrl.Result{}, nil
 	}
@@ -116,10 +117,14 @@ func (r *Reconciler) deferRun(p *pass, reason, why string) ctrl.Result {
 	return ctrl.Result{RequeueAfter: retry}
 }
 
-// overdue: the run took longer than Deadline since it started, or since it
-// was created if it never started.
-func (p *pass) overdue() bool {
+// overdue: the run took longer than Deadline since it started; if it never
+// started, since it was created or, if later, since its turn came (the
+// last older run of the cluster finished).
+func (p *pass) overdue(turnSince time.Time) bool {
 	from := p.run.CreationTimestamp.Time
+	if turnSince.After(from) {
+		from = turnSince
+	}
 	if p.run.Status.StartedAt != nil {
 		from = p.run.Status.StartedAt.Time
 	}

@@ -393,3 +393,32 @@ func TestDefragClusterNotFound(t *testing.T) {
 		t.Fatalf("phase %s, condition %+v", d.Status.Phase, c)
 	}
 }
+
+// Time spent queued does not count against a run's deadline: a run queued
+// behind one that used up its own deadline gets a deadline of its own when
+// its turn comes.
+func TestDefragQueuedTimeDoesNotCount(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	h.fragment("c", 300*mib, 50*mib)
+	f := h.follower("c")
+	h.etcd.RaiseAlarm(manifest.PeerURL(&f), etcd.AlarmCorrupt)
+	h.createDefrag("first", "c")
+	h.createDefrag("second", "c")
+	h.steps(2)
+	h.clock.Step(defragctrl.Deadline)
+	h.steps(2)
+	if d := h.getDefrag("first"); d.Status.Phase != v1alpha2.DefragFailed {
+		t.Fatalf("the first run is %s past its deadline", d.Status.Phase)
+	}
+	s := h.getDefrag("second")
+	if c := checked(s); s.Status.Phase != v1alpha2.DefragPending || c == nil || c.Reason == conditions.ReasonQueued {
+		t.Fatalf("the second run, now first in line: phase %s, condition %+v", s.Status.Phase, c)
+	}
+	h.etcd.DisarmAlarms()
+	h.run("second", h.defragFinished("second"))
+	if s := h.getDefrag("second"); s.Status.Phase != v1alpha2.DefragComplete || s.Status.Defragmented != 3 {
+		t.Errorf("the second run ended %s with %d defragmented: %+v", s.Status.Phase, s.Status.Defragmented, checked(s))
+	}
+}
