@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -69,6 +70,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	p := &pass{policy: policy, original: policy.DeepCopy(), now: r.Clock.Now()}
+	if errs := validation.IsValidLabelValue(policy.Name); len(errs) > 0 {
+		// Its runs could neither be labelled nor listed: retrying cannot help.
+		r.refuse(p, conditions.ReasonRunRejected, fmt.Sprintf("The policy's name cannot be the value of the label %s on its runs (%s): recreate the policy under a name of at most 63 characters; no run is made",
+			manifest.LabelDefragPolicy, strings.Join(errs, "; ")))
+		return ctrl.Result{}, r.writeStatus(ctx, p)
+	}
 	if err := r.loadRuns(ctx, p); err != nil {
 		return ctrl.Result{}, err
 	}
