@@ -59,7 +59,7 @@ type Plan struct {
 	// again.
 	Next time.Time
 	// Collapsed: the backlog was longer than Rules.CollapseAfter, so Tick
-	// is now.
+	// is now, to the second (all an API timestamp keeps).
 	Collapsed bool
 }
 
@@ -73,7 +73,7 @@ func Decide(s cron.Schedule, since, now time.Time, active int, rules Rules) Plan
 	}
 	p.Tick = t.Latest
 	if rules.CollapseAfter > 0 && t.Missed > rules.CollapseAfter {
-		p.Tick, p.Collapsed = now, true
+		p.Tick, p.Collapsed = now.Truncate(time.Second), true
 	}
 	switch {
 	case TooLate(p.Tick, now, rules.StartingDeadlineSeconds):

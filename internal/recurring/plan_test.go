@@ -30,6 +30,7 @@ func TestDecide(t *testing.T) {
 		{"late beats busy", "2026-12-01T10:01:50Z", 1, Rules{Concurrency: Forbid, StartingDeadlineSeconds: ptr.To[int64](10)}, SkipLate, "2026-12-01T10:01:00Z"},
 		{"100 missed: the latest", "2026-12-01T11:40:05Z", 0, Rules{CollapseAfter: 100}, Run, "2026-12-01T11:40:00Z"},
 		{"101 missed: now", "2026-12-01T11:41:05Z", 0, Rules{CollapseAfter: 100}, Run, "2026-12-01T11:41:05Z"},
+		{"collapsed to now, to the second", "2026-12-01T11:41:05.7Z", 0, Rules{CollapseAfter: 100}, Run, "2026-12-01T11:41:05Z"},
 		{"collapsed to now is never late", "2026-12-01T11:41:05Z", 0, Rules{CollapseAfter: 100, StartingDeadlineSeconds: ptr.To[int64](0)}, Run, "2026-12-01T11:41:05Z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

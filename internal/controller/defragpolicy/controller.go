@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -131,7 +132,7 @@ func observe(p *pass) {
 }
 
 func sortActive(st *v1alpha2.EtcdDefragPolicyStatus) {
-	slices.SortFunc(st.Active, func(a, b corev1LocalRef) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(st.Active, func(a, b corev1.LocalObjectReference) int { return strings.Compare(a.Name, b.Name) })
 }
 
 func (r *Reconciler) writeStatus(ctx context.Context, p *pass) error {

@@ -25,8 +25,6 @@ import (
 // latest tick.
 const collapseAfter = 100
 
-type corev1LocalRef = corev1.LocalObjectReference
-
 func corev1Ref(name string) corev1.LocalObjectReference {
 	return corev1.LocalObjectReference{Name: name}
 }
