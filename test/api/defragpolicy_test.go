@@ -73,7 +73,7 @@ func TestDefragPolicyRunPassesAdmission(t *testing.T) {
 	d := runs[0]
 	if ref := metav1.GetControllerOf(&d); ref == nil || ref.UID != got.UID || !strings.HasPrefix(d.Name, "nightly-") ||
 		d.Spec.Rule == nil || d.Spec.Rule.QuotaUsageAbove != "80%" {
-		t.Errorf("run %s: %+v %+v", d.Name, d.ObjectMeta.OwnerReferences, d.Spec)
+		t.Errorf("run %s: %+v %+v", d.Name, d.OwnerReferences, d.Spec)
 	}
 	st := got.Status
 	if c := conditions.Get(st.Conditions, conditions.Active); c == nil || c.Status != metav1.ConditionTrue ||
