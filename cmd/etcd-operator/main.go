@@ -174,6 +174,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	if err := setupSnapshots(mgr, opts, reader); err != nil {
 		return err
 	}
+	if err := setupDefragPolicies(mgr); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
