@@ -67,30 +67,9 @@ type EtcdClusterSpec struct {
 	// +optional
 	Bootstrap *BootstrapSpec `json:"bootstrap,omitempty"`
 
-	// Resources of the etcd container. When empty, requests of 100m CPU and
-	// 128Mi memory are used.
-	// +optional
-	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
-
-	// AdditionalMetadata is merged onto the objects the operator creates.
-	// +optional
-	AdditionalMetadata *AdditionalMetadata `json:"additionalMetadata,omitempty"`
-
-	// Affinity of member Pods.
-	// +optional
-	Affinity *corev1.Affinity `json:"affinity,omitempty"`
-
-	// TopologySpreadConstraints of member Pods.
-	// +optional
-	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
-
-	// Options are typed etcd flags.
-	// +optional
-	Options *EtcdOptions `json:"options,omitempty"`
-
-	// ImagePullSecrets of member Pods.
-	// +optional
-	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// PodSettings: resources, metadata, scheduling, etcd options and pull
+	// secrets of the member Pods.
+	PodSettings `json:",inline"`
 }
 
 // EtcdClusterTLS configures transport security.
@@ -199,24 +178,8 @@ type ObservedClusterSpec struct {
 	Version string `json:"version"`
 	// Storage latched from the spec.
 	Storage StorageSpec `json:"storage"`
-	// Resources latched from the spec.
-	// +optional
-	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
-	// Affinity latched from the spec.
-	// +optional
-	Affinity *corev1.Affinity `json:"affinity,omitempty"`
-	// TopologySpreadConstraints latched from the spec.
-	// +optional
-	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
-	// AdditionalMetadata latched from the spec.
-	// +optional
-	AdditionalMetadata *AdditionalMetadata `json:"additionalMetadata,omitempty"`
-	// Options latched from the spec.
-	// +optional
-	Options *EtcdOptions `json:"options,omitempty"`
-	// ImagePullSecrets latched from the spec.
-	// +optional
-	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// PodSettings latched from the spec.
+	PodSettings `json:",inline"`
 }
 
 // EtcdClusterStatus is the observed state of an etcd cluster.

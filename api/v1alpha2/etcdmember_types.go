@@ -36,29 +36,9 @@ type EtcdMemberSpec struct {
 	// Storage of the member's data directory.
 	Storage StorageSpec `json:"storage"`
 
-	// Resources of the etcd container.
-	// +optional
-	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
-
-	// AdditionalMetadata merged onto the member's Pod and PVC.
-	// +optional
-	AdditionalMetadata *AdditionalMetadata `json:"additionalMetadata,omitempty"`
-
-	// Affinity of the member Pod.
-	// +optional
-	Affinity *corev1.Affinity `json:"affinity,omitempty"`
-
-	// TopologySpreadConstraints of the member Pod.
-	// +optional
-	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
-
-	// Options are typed etcd flags.
-	// +optional
-	Options *EtcdOptions `json:"options,omitempty"`
-
-	// ImagePullSecrets of the member Pod.
-	// +optional
-	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+	// PodSettings of the member's Pod, copied from the cluster's latched
+	// target; a change is rolled out.
+	PodSettings `json:",inline"`
 
 	// Bootstrap is true only on the seed member of a new cluster.
 	// +optional

@@ -1,5 +1,6 @@
 // Package v1alpha2 holds the etcd-operator.cozystack.io/v1alpha2 API: EtcdCluster,
-// EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule and EtcdDefrag.
+// EtcdMember, EtcdSnapshot, EtcdSnapshotSchedule, EtcdDefrag and
+// EtcdDefragPolicy.
 //
 // The API is a compatible superset of the published Cozystack API of the same
 // name: every manifest valid there is valid here with the same meaning, and every

@@ -132,3 +132,35 @@ type PVCLocation struct {
 	// +optional
 	SubPath string `json:"subPath,omitempty"`
 }
+
+// PodSettings are the settings of member Pods that an EtcdCluster's spec
+// sets, its status latches as the target, and each EtcdMember carries: the
+// operator rolls a change of any of them out, one member at a time. Embedded
+// inline, so the fields sit directly under spec (and status.observed).
+type PodSettings struct {
+	// Resources of the etcd container. When empty, requests of 100m CPU and
+	// 128Mi memory are used.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// AdditionalMetadata is merged onto the objects the operator creates
+	// (on a member: its Pod and PVC).
+	// +optional
+	AdditionalMetadata *AdditionalMetadata `json:"additionalMetadata,omitempty"`
+
+	// Affinity of member Pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// TopologySpreadConstraints of member Pods.
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// Options are typed etcd flags.
+	// +optional
+	Options *EtcdOptions `json:"options,omitempty"`
+
+	// ImagePullSecrets of member Pods.
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}

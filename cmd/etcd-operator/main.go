@@ -182,6 +182,9 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	if err := dr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdDefrag controller: %w", err)
 	}
+	if err := setupDefragPolicies(mgr); err != nil {
+		return err
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func tlsCluster(mods ...func(*v1alpha2.EtcdCluster)) *v1alpha2.EtcdCluster {
 	c := &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", UID: "cluster-uid"}}
 	// Additional metadata is not copied onto Certificates (they are never
 	// updated, so it would go stale).
-	c.Status.Observed = &v1alpha2.ObservedClusterSpec{AdditionalMetadata: &v1alpha2.AdditionalMetadata{Labels: map[string]string{"team": "a"}}}
+	c.Status.Observed = &v1alpha2.ObservedClusterSpec{PodSettings: v1alpha2.PodSettings{AdditionalMetadata: &v1alpha2.AdditionalMetadata{Labels: map[string]string{"team": "a"}}}}
 	for _, m := range mods {
 		m(c)
 	}

@@ -113,37 +113,21 @@ func NewMember(c *v1alpha2.EtcdCluster, seed bool) *v1alpha2.EtcdMember {
 			OwnerReferences: []metav1.OwnerReference{ClusterOwner(c)},
 		},
 		Spec: v1alpha2.EtcdMemberSpec{
-			ClusterName:               c.Name,
-			ServiceName:               c.Name,
-			Version:                   o.Version,
-			Storage:                   *o.Storage.DeepCopy(),
-			Resources:                 *o.Resources.DeepCopy(),
-			AdditionalMetadata:        o.AdditionalMetadata.DeepCopy(),
-			Affinity:                  o.Affinity.DeepCopy(),
-			TopologySpreadConstraints: deepCopySpread(o.TopologySpreadConstraints),
-			Options:                   o.Options.DeepCopy(),
-			ImagePullSecrets:          append([]corev1.LocalObjectReference(nil), o.ImagePullSecrets...),
-			Bootstrap:                 seed,
-			ClusterToken:              c.Status.ClusterToken,
-			Replicas:                  1,
-			TLS:                       MemberTLSOf(c),
+			ClusterName:  c.Name,
+			ServiceName:  c.Name,
+			Version:      o.Version,
+			Storage:      *o.Storage.DeepCopy(),
+			PodSettings:  *o.PodSettings.DeepCopy(),
+			Bootstrap:    seed,
+			ClusterToken: c.Status.ClusterToken,
+			Replicas:     1,
+			TLS:          MemberTLSOf(c),
 		},
 	}
 	if seed && c.Spec.Bootstrap != nil && c.Spec.Bootstrap.Restore != nil {
 		m.Spec.Restore = c.Spec.Bootstrap.Restore.DeepCopy()
 	}
 	return m
-}
-
-func deepCopySpread(in []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
-	if in == nil {
-		return nil
-	}
-	out := make([]corev1.TopologySpreadConstraint, len(in))
-	for i := range in {
-		in[i].DeepCopyInto(&out[i])
-	}
-	return out
 }
 
 // Names of the Secrets cert-manager writes for a cluster.
@@ -207,14 +191,9 @@ func Observe(s *v1alpha2.EtcdClusterSpec) *v1alpha2.ObservedClusterSpec {
 		storage.Size = resource.MustParse("1Gi")
 	}
 	return &v1alpha2.ObservedClusterSpec{
-		Replicas:                  Replicas(s),
-		Version:                   s.Version,
-		Storage:                   storage,
-		Resources:                 s.Resources,
-		Affinity:                  s.Affinity,
-		TopologySpreadConstraints: s.TopologySpreadConstraints,
-		AdditionalMetadata:        s.AdditionalMetadata,
-		Options:                   s.Options,
-		ImagePullSecrets:          s.ImagePullSecrets,
+		Replicas:    Replicas(s),
+		Version:     s.Version,
+		Storage:     storage,
+		PodSettings: s.PodSettings,
 	}
 }

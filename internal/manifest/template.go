@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -53,12 +52,7 @@ func Retemplate(m *v1alpha2.EtcdMember, o *v1alpha2.ObservedClusterSpec) bool {
 	before := m.DeepCopy()
 	delete(m.Annotations, AnnotationSnapshotCount)
 	m.Spec.Version = o.Version
-	m.Spec.Resources = *o.Resources.DeepCopy()
-	m.Spec.Options = o.Options.DeepCopy()
-	m.Spec.Affinity = o.Affinity.DeepCopy()
-	m.Spec.TopologySpreadConstraints = deepCopySpread(o.TopologySpreadConstraints)
-	m.Spec.ImagePullSecrets = append([]corev1.LocalObjectReference(nil), o.ImagePullSecrets...)
-	m.Spec.AdditionalMetadata = o.AdditionalMetadata.DeepCopy()
+	m.Spec.PodSettings = *o.PodSettings.DeepCopy()
 	if o.Storage.Size.Cmp(m.Spec.Storage.Size) > 0 {
 		m.Spec.Storage.Size = o.Storage.Size
 	}

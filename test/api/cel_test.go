@@ -29,6 +29,7 @@ const (
 	snapshot = "EtcdSnapshot"
 	defrag   = "EtcdDefrag"
 	schedule = "EtcdSnapshotSchedule"
+	policy   = "EtcdDefragPolicy"
 )
 
 // Specs shared by several cases.
@@ -43,6 +44,7 @@ const (
 	snapS3    = "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, credentialsSecretRef: {name: c}}}"
 	snapPVC   = "clusterRef: {name: c}\ndestination: {pvc: {claimName: backups}}"
 	schedMin  = "schedule: '0 * * * *'\nsnapshotTemplate: {spec: {clusterRef: {name: c}, destination: {pvc: {claimName: backups}}}}"
+	policyMin = "clusterRef: {name: c}\nschedule: '0 3 * * *'"
 )
 
 // The numbers in case names refer to the list of CEL rules on EtcdCluster in
@@ -198,6 +200,37 @@ var celCases = []celCase{
 	{name: "defrag quota usage 101%", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 101%}", reject: "spec.rule.quotaUsageAbove in body should match"},
 	{name: "defrag quota usage 100%", kind: defrag, spec: "clusterRef: {name: c}\nrule: {quotaUsageAbove: 100%}"},
 	{name: "defrag ttl negative", kind: defrag, spec: "clusterRef: {name: c}\nttlSecondsAfterFinished: -1", reject: "spec.ttlSecondsAfterFinished in body should be greater than or equal to 0"},
+
+	// EtcdDefragPolicy: the reference accepts any non-empty schedule (a bad
+	// one is reported in status), an empty cluster name, and the same rule
+	// set as EtcdDefrag.
+	{name: "policy minimal", kind: policy, spec: policyMin},
+	{name: "policy reference example", kind: policy, spec: policyMin + "\nconcurrencyPolicy: Forbid\nttlSecondsAfterFinished: 3600\nhistoryLimit: 3\nrule: {freeSpaceAbove: 200Mi, quotaUsageAbove: 80%, minReclaim: 32Mi}"},
+	{name: "policy every field", kind: policy, spec: policyMin + "\nsuspend: true\nconcurrencyPolicy: Allow\nstartingDeadlineSeconds: 0\nhistoryLimit: 0\nrule: {all: true}\nttlSecondsAfterFinished: 0"},
+	{name: "policy CRON_TZ prefix", kind: policy, spec: "clusterRef: {name: c}\nschedule: 'CRON_TZ=Europe/Berlin 0 3 * * *'"},
+	{name: "policy TZ prefix", kind: policy, spec: "clusterRef: {name: c}\nschedule: 'TZ=UTC 0 3 * * *'"},
+	{name: "policy descriptor", kind: policy, spec: "clusterRef: {name: c}\nschedule: '@every 1h'"},
+	{name: "policy bad cron accepted", kind: policy, spec: "clusterRef: {name: c}\nschedule: '61 * * * *'"},
+	{name: "policy empty cluster name accepted", kind: policy, spec: "clusterRef: {name: ''}\nschedule: '@daily'"},
+	{name: "policy needs a schedule", kind: policy, spec: "clusterRef: {name: c}", reject: "spec.schedule: Required value"},
+	{name: "policy empty schedule", kind: policy, spec: "clusterRef: {name: c}\nschedule: ''", reject: "spec.schedule in body should be at least 1 chars long"},
+	{name: "policy needs a cluster", kind: policy, spec: "schedule: '@daily'", reject: "spec.clusterRef: Required value"},
+	{name: "policy concurrency Replace", kind: policy, spec: policyMin + "\nconcurrencyPolicy: Replace", reject: `supported values: "Allow", "Forbid"`},
+	{name: "policy deadline negative", kind: policy, spec: policyMin + "\nstartingDeadlineSeconds: -1", reject: "spec.startingDeadlineSeconds in body should be greater than or equal to 0"},
+	{name: "policy history negative", kind: policy, spec: policyMin + "\nhistoryLimit: -1", reject: "spec.historyLimit in body should be greater than or equal to 0"},
+	{name: "policy ttl negative", kind: policy, spec: policyMin + "\nttlSecondsAfterFinished: -1", reject: "spec.ttlSecondsAfterFinished in body should be greater than or equal to 0"},
+	{name: "policy rule a: all with thresholds", kind: policy, spec: policyMin + "\nrule: {all: true, freeSpaceAbove: 1Gi}", reject: "rule.all: true defragments every member and cannot be combined"},
+	{name: "policy rule b: freeSpaceAbove integer zero", kind: policy, spec: policyMin + "\nrule: {freeSpaceAbove: 0}", reject: "rule.freeSpaceAbove must be greater than zero"},
+	{name: "policy rule b: freeSpaceAbove integer bytes", kind: policy, spec: policyMin + "\nrule: {freeSpaceAbove: 209715200}"},
+	{name: "policy rule c: minReclaim zero", kind: policy, spec: policyMin + "\nrule: {quotaUsageAbove: 80%, minReclaim: '0'}", reject: "rule.minReclaim must be greater than zero"},
+	{name: "policy rule d: minReclaim alone", kind: policy, spec: policyMin + "\nrule: {minReclaim: 64Mi}", reject: "rule.minReclaim only applies together with rule.quotaUsageAbove"},
+	{name: "policy rule e: minReclaim above freeSpaceAbove", kind: policy, spec: policyMin + "\nrule: {quotaUsageAbove: 80%, freeSpaceAbove: 100Mi, minReclaim: 200Mi}", reject: "rule.minReclaim cannot be larger than rule.freeSpaceAbove"},
+	{name: "policy rule quota usage 100%", kind: policy, spec: policyMin + "\nrule: {quotaUsageAbove: 100%}"},
+	{name: "policy rule quota usage 101%", kind: policy, spec: policyMin + "\nrule: {quotaUsageAbove: 101%}", reject: "spec.rule.quotaUsageAbove in body should match"},
+	{name: "policy time zone", kind: policy, spec: policyMin + "\ntimeZone: Europe/Berlin"},
+	{name: "policy time zone not a name", kind: policy, spec: policyMin + "\ntimeZone: ../../etc/passwd", reject: "spec.timeZone in body should match"},
+	{name: "policy time zone twice", kind: policy, spec: "clusterRef: {name: c}\nschedule: 'CRON_TZ=UTC 0 3 * * *'\ntimeZone: Europe/Berlin", reject: "set the time zone either in spec.timeZone or as a CRON_TZ=/TZ= prefix of spec.schedule, not both"},
+	{name: "policy spec stays editable", kind: policy, spec: policyMin, update: "clusterRef: {name: d}\nschedule: '@hourly'\nsuspend: true"},
 }
 
 func TestCELRules(t *testing.T) {

@@ -24,6 +24,7 @@ func TestPrinterColumns(t *testing.T) {
 		"etcdsnapshots":         {"Cluster", "Phase", "Age"},
 		"etcddefrags":           {"Cluster", "Phase", "Defragmented", "Age"},
 		"etcdsnapshotschedules": {"Cluster", "Schedule", "Suspend", "Last Schedule", "Last Success", "Next Run", "Age"},
+		"etcddefragpolicies":    {"Cluster", "Schedule", "Suspend", "Last Schedule", "Age"},
 	}
 	for plural, columns := range want {
 		var crd apiextensionsv1.CustomResourceDefinition
@@ -61,7 +62,7 @@ func TestExamplesAreAccepted(t *testing.T) {
 			kinds[obj.GetKind()]++
 		}
 	}
-	for _, kind := range []string{cluster, snapshot, defrag, schedule} {
+	for _, kind := range []string{cluster, snapshot, defrag, schedule, policy} {
 		if kinds[kind] == 0 {
 			t.Errorf("no example of %s", kind)
 		}

@@ -81,6 +81,7 @@ func TestStatusIsASubresource(t *testing.T) {
 		{member, memberMin, "memberID", "00000000000000bb"},
 		{snapshot, snapPVC, "phase", "Complete"},
 		{defrag, "clusterRef: {name: c}", "phase", "Complete"},
+		{policy, policyMin, "lastScheduleTime", "2026-12-01T03:00:00Z"},
 	}
 	for _, tc := range cases {
 		obj := object(t, tc.kind, ns, tc.spec)
@@ -125,5 +126,25 @@ func TestScheduleDefaults(t *testing.T) {
 	}
 	if got.Spec.Suspend || got.Spec.TimeZone != nil || got.Spec.Retention != nil {
 		t.Errorf("spec = %+v: nothing else is defaulted", got.Spec)
+	}
+}
+
+// TestDefragPolicyDefaults: as in the reference, nothing is written into a
+// policy's spec; an unset concurrencyPolicy means Forbid to the controller.
+func TestDefragPolicyDefaults(t *testing.T) {
+	ns := namespace(t)
+	ctx := context.Background()
+	obj := object(t, policy, ns, policyMin)
+	if err := k.Create(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha2.EtcdDefragPolicy
+	if err := k.Get(ctx, client.ObjectKeyFromObject(obj), &got); err != nil {
+		t.Fatal(err)
+	}
+	s := got.Spec
+	if s.ConcurrencyPolicy != "" || s.Suspend != nil || s.StartingDeadlineSeconds != nil || s.HistoryLimit != nil ||
+		s.Rule != nil || s.TTLSecondsAfterFinished != nil || s.TimeZone != nil {
+		t.Errorf("spec = %+v: nothing is defaulted", s)
 	}
 }

@@ -47,7 +47,7 @@ func namespace(t *testing.T, name string) string {
 // The namespace itself stays: the operator watches it.
 func release(t *testing.T, ns string) {
 	if out, err := kubectl("-n", ns, "delete", "--wait=false", "--ignore-not-found",
-		"etcdclusters,etcdsnapshotschedules,etcdsnapshots,deployments,statefulsets,jobs", "--all"); err != nil {
+		"etcdclusters,etcdsnapshotschedules,etcddefragpolicies,etcdsnapshots,deployments,statefulsets,jobs", "--all"); err != nil {
 		t.Logf("releasing namespace %s: %v: %s", ns, err, out)
 	}
 	list := &corev1.PodList{}

@@ -8,6 +8,7 @@ package schedule
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/recurring"
 )
 
 // Reconciler reconciles EtcdSnapshotSchedule objects.
@@ -159,17 +161,14 @@ func (p *pass) changed(typ, message string) bool {
 
 // parse reads the schedule in its time zone, and reports a bad one.
 func (r *Reconciler) parse(p *pass) (cron.Schedule, bool) {
-	tz := "UTC"
-	if p.sched.Spec.TimeZone != nil {
-		tz = *p.sched.Spec.TimeZone
-	}
-	if _, err := time.LoadLocation(tz); err != nil {
-		r.invalid(p, conditions.ReasonInvalidTimeZone, fmt.Sprintf("spec.timeZone %q is not a known time zone: %v", tz, err))
+	s, err := recurring.Parse(p.sched.Spec.Schedule, p.sched.Spec.TimeZone)
+	var zoneErr *recurring.ZoneError
+	switch {
+	case errors.As(err, &zoneErr):
+		r.invalid(p, conditions.ReasonInvalidTimeZone, "spec.timeZone "+err.Error())
 		return nil, false
-	}
-	s, err := cron.ParseStandard("CRON_TZ=" + tz + " " + p.sched.Spec.Schedule)
-	if err != nil {
-		r.invalid(p, conditions.ReasonInvalidSchedule, fmt.Sprintf("spec.schedule %q is not a cron schedule: %v", p.sched.Spec.Schedule, err))
+	case err != nil:
+		r.invalid(p, conditions.ReasonInvalidSchedule, "spec.schedule "+err.Error())
 		return nil, false
 	}
 	return s, true

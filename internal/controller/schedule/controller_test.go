@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,45 +29,6 @@ func at(s string) time.Time {
 		panic(err)
 	}
 	return t
-}
-
-func TestSlots(t *testing.T) {
-	parse := func(spec string) cron.Schedule {
-		s, err := cron.ParseStandard("CRON_TZ=UTC " + spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	every, hourly, weekdays := parse("* * * * *"), parse("0 * * * *"), parse("0 9 * * 1-5")
-	for _, tc := range []struct {
-		name               string
-		s                  cron.Schedule
-		since, now         string
-		wantLatest, wantAt string
-	}{
-		{"none due yet", every, "2026-12-01T10:00:30Z", "2026-12-01T10:00:59Z", "", "2026-12-01T10:01:00Z"},
-		{"one due", every, "2026-12-01T10:00:30Z", "2026-12-01T10:01:10Z", "2026-12-01T10:01:00Z", "2026-12-01T10:02:00Z"},
-		{"several missed: the latest", every, "2026-12-01T10:00:00Z", "2026-12-01T10:07:40Z", "2026-12-01T10:07:00Z", "2026-12-01T10:08:00Z"},
-		{"exactly at a slot", hourly, "2026-12-01T10:00:00Z", "2026-12-01T11:00:00Z", "2026-12-01T11:00:00Z", "2026-12-01T12:00:00Z"},
-		{"a year behind", every, "2025-12-01T10:00:00Z", "2026-12-01T10:07:40Z", "2026-12-01T10:07:00Z", "2026-12-01T10:08:00Z"},
-		{"over a weekend", weekdays, "2026-12-04T09:00:00Z", "2026-12-07T12:00:00Z", "2026-12-07T09:00:00Z", "2026-12-08T09:00:00Z"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			start := time.Now()
-			latest, next := slots(tc.s, at(tc.since), at(tc.now))
-			if took := time.Since(start); took > 5*time.Second {
-				t.Errorf("took %s", took)
-			}
-			got := ""
-			if !latest.IsZero() {
-				got = latest.UTC().Format(time.RFC3339)
-			}
-			if got != tc.wantLatest || !next.Equal(at(tc.wantAt)) {
-				t.Errorf("latest %q next %s, want %q %s", got, next, tc.wantLatest, tc.wantAt)
-			}
-		})
-	}
 }
 
 type fixture struct {

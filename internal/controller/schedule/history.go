@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/recurring"
 )
 
 // Defaults of the history limits, for objects made before the API server
@@ -35,21 +36,23 @@ func expired(p *pass) []v1alpha2.EtcdSnapshot {
 		}
 		maxAge, _ = time.ParseDuration(r.MaxAge)
 	}
-	var out []v1alpha2.EtcdSnapshot
-	complete, failed := 0, 0
+	var complete, failed []v1alpha2.EtcdSnapshot
 	for _, s := range p.children {
 		switch s.Status.Phase {
 		case v1alpha2.SnapshotComplete:
-			old := maxAge > 0 && complete > 0 && s.Status.CompletionTime != nil && p.now.Sub(s.Status.CompletionTime.Time) > maxAge
-			if complete >= okLimit || old {
-				out = append(out, s)
-			}
-			complete++
+			complete = append(complete, s)
 		case v1alpha2.SnapshotFailed:
-			if failed >= failLimit {
-				out = append(out, s)
-			}
-			failed++
+			failed = append(failed, s)
+		}
+	}
+	bySlot := func(s v1alpha2.EtcdSnapshot) time.Time { return slotOf(&s) }
+	out := recurring.Expired(failed, failLimit, bySlot)
+	beyond := recurring.Expired(complete, okLimit, bySlot)
+	out = append(out, beyond...)
+	// Within the limit, those older than maxAge go too, except the newest.
+	for i, s := range complete[:len(complete)-len(beyond)] {
+		if maxAge > 0 && i > 0 && s.Status.CompletionTime != nil && p.now.Sub(s.Status.CompletionTime.Time) > maxAge {
+			out = append(out, s)
 		}
 	}
 	return out

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,32 +13,12 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/recurring"
 )
 
-// maxSteps bounds the walk over missed slots: a schedule idle for longer
-// starts the walk closer to now (see slots).
-const maxSteps = 1000
-
-// slots returns the latest slot in (since, now], zero if none, and the
-// first slot after now.
-func slots(s cron.Schedule, since, now time.Time) (latest, next time.Time) {
-	first := s.Next(since)
-	if first.IsZero() || first.After(now) {
-		return time.Time{}, first
-	}
-	// Slots far behind: start the walk maxSteps intervals before now,
-	// which still lies before the latest slot.
-	if step := s.Next(first).Sub(first); step > 0 && now.Sub(first) > maxSteps*step {
-		first = s.Next(now.Add(-maxSteps * step))
-	}
-	for t := first; !t.IsZero() && !t.After(now); t = s.Next(t) {
-		latest = t
-	}
-	return latest, s.Next(now)
-}
-
 // schedule makes the snapshot of the latest due slot, once, and returns
-// when to come back: at the next slot.
+// when to come back: at the next slot. A slot due while a snapshot runs
+// waits for it to finish.
 func (r *Reconciler) schedule(ctx context.Context, p *pass) (ctrl.Result, error) {
 	sched := p.sched
 	cs, ok := r.parse(p)
@@ -55,24 +34,27 @@ func (r *Reconciler) schedule(ctx context.Context, p *pass) (ctrl.Result, error)
 	if last := sched.Status.LastScheduleTime; last != nil {
 		since = last.Time
 	}
-	latest, next := slots(cs, since, p.now)
+	plan := recurring.Decide(cs, since, p.now, len(sched.Status.Active), recurring.Rules{
+		StartingDeadlineSeconds: sched.Spec.StartingDeadlineSeconds, Concurrency: recurring.Wait,
+	})
+	latest, next := plan.Tick, plan.Next
 	sched.Status.NextScheduleTime = &metav1.Time{Time: next}
 	// The next slot is a real timer: nothing else happens at that time.
-	res := ctrl.Result{RequeueAfter: next.Sub(p.now) + time.Second}
-	if latest.IsZero() {
+	res := ctrl.Result{RequeueAfter: plan.RequeueAfter(p.now)}
+	switch plan.Action {
+	case recurring.Idle:
 		p.set(conditions.Ready, true, conditions.ReasonScheduled, "Next snapshot at "+next.UTC().Format(time.RFC3339))
 		return res, nil
-	}
-	if d := sched.Spec.StartingDeadlineSeconds; d != nil && p.now.Sub(latest) > time.Duration(*d)*time.Second {
+	case recurring.SkipLate:
+		d := *sched.Spec.StartingDeadlineSeconds
 		msg := fmt.Sprintf("Skipped the snapshot due at %s: missed by more than startingDeadlineSeconds (%ds); next at %s",
-			latest.UTC().Format(time.RFC3339), *d, next.UTC().Format(time.RFC3339))
+			latest.UTC().Format(time.RFC3339), d, next.UTC().Format(time.RFC3339))
 		if p.changed(conditions.Ready, msg) {
 			conditions.Record(r.Recorder, sched, true, conditions.ReasonMissedSchedule, "Schedule", "%s", msg)
 		}
 		p.set(conditions.Ready, true, conditions.ReasonMissedSchedule, msg)
 		return res, nil
-	}
-	if len(sched.Status.Active) > 0 {
+	case recurring.Hold:
 		// One snapshot at a time: the slot runs when the one in progress
 		// finishes (its status change brings us back).
 		p.set(conditions.Ready, true, conditions.ReasonScheduled, fmt.Sprintf("The snapshot due at %s waits for %s to finish",
