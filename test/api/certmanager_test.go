@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/url"
@@ -21,19 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
-	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
@@ -142,24 +135,8 @@ type operator struct {
 
 func startOperator(t *testing.T, ns string) *operator {
 	t.Helper()
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
-		t.Fatal(err)
-	}
+	mgr, ctx, cancel := newManager(t, ns)
 	op := &operator{events: &eventLog{}, stopped: make(chan error, 1)}
-	noEtcd := func(context.Context, etcd.Config) (etcd.Client, error) {
-		return nil, errors.New("no etcd runs in the API tests")
-	}
 	cr := &clustercontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: op.events,
 		Dial: noEtcd, ClusterDomain: testDomain}
 	mr := &membercontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: op.events, Dial: noEtcd}

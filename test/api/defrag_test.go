@@ -13,17 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	defragcontroller "github.com/seed74754924/etcd-operator/internal/controller/defrag"
-	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/index"
 )
 
 // The defrag controller in a manager against the real API server: its
@@ -88,23 +82,7 @@ func TestDefragControllerAgainstTheAPIServer(t *testing.T) {
 
 func startDefragController(t *testing.T, ns string) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
-		t.Fatal(err)
-	}
-	noEtcd := func(context.Context, etcd.Config) (etcd.Client, error) {
-		return nil, errors.New("no etcd runs in the API tests")
-	}
+	mgr, ctx, cancel := newManager(t, ns)
 	dr := &defragcontroller.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: &eventLog{}, Dial: noEtcd}
 	if err := dr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,12 +19,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
 
@@ -106,4 +113,31 @@ func namespace(t *testing.T) string {
 		t.Fatalf("creating namespace: %v", err)
 	}
 	return ns.Name
+}
+
+// newManager makes a controller manager on the test API server whose cache
+// holds one namespace, with the operator's field indexes; cancel stops it
+// once started.
+func newManager(t *testing.T, ns string) (ctrl.Manager, context.Context, context.CancelFunc) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := index.Register(ctx, mgr.GetFieldIndexer()); err != nil {
+		t.Fatal(err)
+	}
+	return mgr, ctx, cancel
+}
+
+// noEtcd is the controllers' dialer in the API tests, where no etcd runs.
+func noEtcd(context.Context, etcd.Config) (etcd.Client, error) {
+	return nil, errors.New("no etcd runs in the API tests")
 }
