@@ -488,7 +488,7 @@ func pluginPath(t *testing.T) string {
 func pluginCommand(t *testing.T, args ...string) *exec.Cmd {
 	dir := pluginPath(t)
 	cmd := exec.Command("kubectl", append([]string{"etcd", "-n", kubectlNS}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigPath, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return cmd
 }
 

@@ -1,6 +1,12 @@
 // Package e2e runs the operator, installed from its Helm chart, on a sandbox
 // with real etcd processes: one sandbox for every suite, each suite in its own
 // namespace, each checking that a client's acknowledged writes survive.
+//
+// With E2E_TIER=integration the same suites run instead on the integration
+// tier's Kubernetes (package procnode): the real control plane, and nodes
+// that run Pods as processes. Only the suites that need no real node run
+// there (the Makefile's INTEGRATION list); a suite that reaches for the
+// sandbox (a fault, an image load) fails there rather than passing unseen.
 package e2e
 
 import (
@@ -21,10 +27,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/procnode"
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
@@ -39,7 +47,19 @@ var (
 	// crash suite's own operator only.
 	faultsImage string
 	bin         string // the toolchain's bin directory (helm)
+	// pn is the integration tier's Kubernetes, when the suites run there
+	// instead of on sb.
+	pn *procnode.Env
+	// kubeconfigPath reaches whichever of the two runs the suites.
+	kubeconfigPath string
 )
+
+// integration reports whether the suites run on the integration tier.
+func integration() bool { return os.Getenv("E2E_TIER") == "integration" }
+
+// envIntegrationDir carries the integration tier's directory into the copy
+// of the tests that runs in its mount namespace.
+const envIntegrationDir = "E2E_INTEGRATION_DIR"
 
 const (
 	operatorNS      = "etcd-operator-system"
@@ -58,6 +78,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if integration() {
+		return runIntegration(m)
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "the end-to-end tests need root: they run on the sandbox")
 		return 1
@@ -102,21 +125,12 @@ func setUp(ctx context.Context, tmp string) error {
 	if err != nil {
 		return fmt.Errorf("starting the sandbox: %w", err)
 	}
+	kubeconfigPath = sb.Kubeconfig()
 	cfg, err := sb.RESTConfig()
 	if err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha2.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if k, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		return err
-	}
-	if cs, err = kubernetes.NewForConfig(cfg); err != nil {
+	if err := connect(cfg); err != nil {
 		return err
 	}
 	tarball := filepath.Join(tools.RepoRoot(), "bin", "etcd-operator-image.tar")
@@ -130,6 +144,29 @@ func setUp(ctx context.Context, tmp string) error {
 		return fmt.Errorf("loading %s (run `make image-faults`): %w", faultsTar, err)
 	}
 	faultsImage = refs[0]
+	return installMainOperator(ctx)
+}
+
+// connect makes the suites' clients.
+func connect(cfg *rest.Config) error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha2.AddToScheme(scheme); err != nil {
+		return err
+	}
+	var err error
+	if k, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	cs, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+// installMainOperator installs the operator every suite but the crash
+// suite shares.
+func installMainOperator(ctx context.Context) error {
 	// The main operator watches every suite's namespace but the crash
 	// suite's, which runs its own operator with fault injection. Watching
 	// given namespaces, the chart grants its rights by a Role in each, so
@@ -175,7 +212,7 @@ func installOperatorImage(img, release, ns string, crds bool, env map[string]str
 		i++
 	}
 	cmd := exec.Command(filepath.Join(bin, "helm"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigPath)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
@@ -187,7 +224,7 @@ func tearDown() {
 		return
 	}
 	if keep() {
-		fmt.Fprintln(os.Stderr, "keeping the sandbox: KUBECONFIG="+sb.Kubeconfig())
+		fmt.Fprintln(os.Stderr, "keeping the sandbox: KUBECONFIG="+kubeconfigPath)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -209,7 +246,7 @@ func dumpOperator() {
 // kubectl runs kubectl against the sandbox.
 func kubectl(args ...string) (string, error) {
 	cmd := exec.Command("kubectl", args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigPath)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -217,7 +254,7 @@ func kubectl(args ...string) (string, error) {
 // kubectlStdin runs kubectl against the sandbox with stdin as its input.
 func kubectlStdin(stdin string, args ...string) (string, error) {
 	cmd := exec.Command("kubectl", args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigPath)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

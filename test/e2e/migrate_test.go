@@ -617,7 +617,7 @@ func runMigrate(t *testing.T, ns string, args ...string) (string, int) {
 	}
 	full := append([]string{"-n", ns, "--operator", ns + "/" + migrateOperator(ns), "--legacy-operator", ns + "/" + legacyOperator}, args...)
 	cmd := exec.Command(migrateBin, full...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+sb.Kubeconfig())
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfigPath)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
