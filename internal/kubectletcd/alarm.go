@@ -3,6 +3,7 @@ package kubectletcd
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -78,8 +79,12 @@ func printDisarmed(cmd *cobra.Command, cleared []etcd.Alarm, members *etcd.Membe
 		fmt.Fprintln(cmd.OutOrStdout(), "No alarm to disarm.")
 		return
 	}
+	printDisarmedTo(cmd.OutOrStdout(), cleared, members)
+}
+
+func printDisarmedTo(w io.Writer, cleared []etcd.Alarm, members *etcd.MemberList) {
 	for _, a := range cleared {
-		fmt.Fprintf(cmd.OutOrStdout(), "Disarmed %s of member %s.\n", a.Type, alarmMemberName(a.MemberID, members))
+		fmt.Fprintf(w, "Disarmed %s of member %s.\n", a.Type, alarmMemberName(a.MemberID, members))
 	}
 }
 

@@ -170,7 +170,7 @@ func TestDefragOfAClusterGoesFollowersFirstLeaderLastAndDisarmsNoSpace(t *testin
 	e.member("c-d").IsLearner = true
 	e.alarms = []etcd.Alarm{{MemberID: 0x10, Type: "NOSPACE"}, {MemberID: 0x12, Type: "CORRUPT"}}
 	env := newFakeEnv(t, e, cluster("c"), memberPod("c", "c-a"), memberPod("c", "c-b"), memberPod("c", "c-c"), memberPod("c", "c-d"))
-	code, out, errOut := env.run("defrag", "-c", "c")
+	code, out, errOut := env.run("defrag", "-c", "c", "--direct")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -202,7 +202,7 @@ func TestDefragRefusesWhatCostsQuorum(t *testing.T) {
 		t.Errorf("exit %d, %q", code, errOut)
 	}
 	// The leader is down: its followers go first and are refused.
-	code, _, errOut = env.run("defrag", "-c", "c")
+	code, _, errOut = env.run("defrag", "-c", "c", "--direct")
 	if code != 1 || !strings.Contains(errOut, "refusing to defragment c-b") {
 		t.Errorf("exit %d, %q", code, errOut)
 	}

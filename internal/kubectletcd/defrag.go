@@ -30,43 +30,122 @@ type defragOptions struct {
 	timeout time.Duration // per member
 	// settle bounds the wait for a member to follow a leader again.
 	settle time.Duration
+	direct bool
+	output string
+	run    defragRunOptions
 }
+
+// Flags that belong to one path only: the operator checks quorum and health
+// itself and bounds a run by its own deadline; the EtcdDefrag's settings
+// mean nothing to the plugin's own defragmentation.
+var (
+	directOnlyFlags   = []string{"force", "timeout"}
+	resourceOnlyFlags = []string{"name", "wait", "all", "free-space-above", "quota-usage-above", "min-reclaim", "ttl-after-finished"}
+)
 
 func (a *app) defragCommand() *cobra.Command {
 	opts := defragOptions{settle: time.Minute}
 	c := &cobra.Command{
 		Use:   "defrag",
-		Short: "Defragment the -p member, or every member of the -c cluster one at a time, leader last",
+		Short: "Defragment the -c cluster through an EtcdDefrag the operator runs, or members directly (--direct, -p)",
 		Long: `Defragment backends to return the space compaction freed to the file system.
-A member is blocked while it is defragmented, so each goes only while the other
-voters hold quorum and the member itself is healthy; with -c, members go one at
+
+With -c, the plugin creates an EtcdDefrag for the cluster (named by --name,
+or generated as <cluster>-defrag-<suffix>) and follows it until the operator
+finishes it: one member at a time, followers first and the leader last after
+a leadership hand-over, each only while etcd reports the cluster healthy;
+NOSPACE alarms are disarmed at the end. Which members go is the EtcdDefrag's
+rule: by default those with more than 200Mi to reclaim; --all takes every
+member, as --direct does. On a terminal, stderr shows what the run waits for,
+the member being defragmented and each member's outcome as it comes; stdout
+gets the outcome of every member at the end (-o json or yaml: the final
+EtcdDefrag). The exit code is 0 when the run is Complete and 1 when it
+Failed, with its reason and message. --wait=false only creates the
+EtcdDefrag and prints its name. Interrupting the plugin does not stop the
+run: the operator finishes it.
+
+--direct defragments through the etcd API from here instead, for a cluster
+whose operator has no EtcdDefrag: each member goes only while the other
+voters hold quorum and the member itself follows a leader; members go one at
 a time, learners and followers first and the leader last, each after the one
 before follows a leader again. NOSPACE alarms of defragmented members are
-disarmed at the end. --force skips the quorum and health checks.`,
+disarmed at the end. --force skips the quorum and health checks, --timeout
+bounds one member. -p (one member, also of a Pod the operator did not
+create) always goes this way: an EtcdDefrag covers a whole cluster.`,
+		Example: `  kubectl etcd defrag -c example                    # an EtcdDefrag with the default rule, followed to the end
+  kubectl etcd defrag -c example --all --name nightly
+  kubectl etcd defrag -c example --wait=false       # then: kubectl get etcddefrag <name> -w
+  kubectl etcd defrag -c example --direct           # through the etcd API, every member
+  kubectl etcd defrag -p example-abcde              # one member, through the etcd API`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.withSession(cmd, func(ctx context.Context, s *session) error {
-				p := a.progressTo(cmd.ErrOrStderr())
-				results, cleared, members, err := s.defrag(ctx, opts, p)
-				p.clear()
-				if len(results) > 0 {
-					if perr := defragTable(results).print(cmd.OutOrStdout(), formatTable); perr != nil {
-						return perr
-					}
-				}
-				if err != nil {
+			if err := checkFormat(opts.output); err != nil {
+				return err
+			}
+			if opts.direct || a.opts.Pod != "" {
+				if err := refuseFlags(cmd, resourceOnlyFlags, "applies to the EtcdDefrag the operator runs (-c without --direct)"); err != nil {
 					return err
 				}
-				if len(cleared) > 0 {
-					printDisarmed(cmd, cleared, members)
-				}
-				return nil
-			})
+				return a.defragDirect(cmd, opts)
+			}
+			if err := refuseFlags(cmd, directOnlyFlags, "applies only with --direct: the operator checks quorum and health itself and bounds a run by its own deadline"); err != nil {
+				return err
+			}
+			opts.run.ttlSet = cmd.Flags().Changed("ttl-after-finished")
+			return a.defragByResource(cmd, opts.run, opts.output)
 		},
 	}
-	c.Flags().BoolVar(&opts.force, "force", false, "defragment even if the quorum projection or the member's health forbids it")
-	c.Flags().DurationVar(&opts.timeout, "timeout", 2*time.Minute, "how long one member's defragmentation may take")
+	f := c.Flags()
+	f.BoolVar(&opts.direct, "direct", false, "defragment through the etcd API from here instead of creating an EtcdDefrag (always so with -p)")
+	f.BoolVar(&opts.force, "force", false, "with --direct: defragment even if the quorum projection or the member's health forbids it")
+	f.DurationVar(&opts.timeout, "timeout", 2*time.Minute, "with --direct: how long one member's defragmentation may take")
+	f.StringVar(&opts.run.name, "name", "", "name of the EtcdDefrag (default: generated, <cluster>-defrag-<suffix>)")
+	f.BoolVar(&opts.run.wait, "wait", true, "follow the EtcdDefrag until it ends; --wait=false creates it and returns")
+	f.BoolVar(&opts.run.all, "all", false, "defragment every member, whatever it has to reclaim (rule.all)")
+	f.StringVar(&opts.run.freeSpaceAbove, "free-space-above", "", "defragment members with more than this to reclaim, such as 100Mi (rule.freeSpaceAbove; the operator's default is 200Mi)")
+	f.StringVar(&opts.run.quotaUsageAbove, "quota-usage-above", "", `also defragment members whose database uses more than this share of the quota, such as "80%" (rule.quotaUsageAbove)`)
+	f.StringVar(&opts.run.minReclaim, "min-reclaim", "", "with --quota-usage-above: the least to reclaim that makes it worth it, such as 64Mi (rule.minReclaim; default 32Mi)")
+	f.DurationVar(&opts.run.ttl, "ttl-after-finished", 0, "delete the EtcdDefrag this long after it ends (ttlSecondsAfterFinished; default: keep it)")
+	outputFlag(c, &opts.output)
 	return c
+}
+
+// refuseFlags fails when one of names was given: it belongs to the other
+// path.
+func refuseFlags(cmd *cobra.Command, names []string, why string) error {
+	for _, n := range names {
+		if cmd.Flags().Changed(n) {
+			return usageError(fmt.Sprintf("--%s %s", n, why))
+		}
+	}
+	return nil
+}
+
+// defragDirect defragments through the etcd API: the -p member, or every
+// member of the -c cluster.
+func (a *app) defragDirect(cmd *cobra.Command, opts defragOptions) error {
+	return a.withSession(cmd, func(ctx context.Context, s *session) error {
+		p := a.progressTo(cmd.ErrOrStderr())
+		results, cleared, members, err := s.defrag(ctx, opts, p)
+		p.clear()
+		if len(results) > 0 || opts.output != formatTable {
+			if perr := defragTable(results).print(cmd.OutOrStdout(), opts.output); perr != nil {
+				return perr
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if len(cleared) > 0 {
+			// json and yaml keep stdout parseable: the note goes to stderr.
+			w := cmd.OutOrStdout()
+			if opts.output != formatTable {
+				w = cmd.ErrOrStderr()
+			}
+			printDisarmedTo(w, cleared, members)
+		}
+		return nil
+	})
 }
 
 // defrag defragments the target's members in order and returns what it did,
@@ -214,6 +293,9 @@ func (s *session) disarmNoSpace(ctx context.Context, primary *conn, done []uint6
 }
 
 func defragTable(results []DefragResult) table {
+	if results == nil {
+		results = []DefragResult{} // json and yaml say [], not null
+	}
 	t := table{header: []string{"MEMBER", "ROLE", "BEFORE", "AFTER", "TOOK"}, value: results}
 	for _, r := range results {
 		t.rows = append(t.rows, []string{r.Name, r.Role, bytesIEC(r.Before), bytesIEC(r.After), r.Took.String()})

@@ -12,14 +12,19 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
@@ -82,12 +87,16 @@ func (e *fakeEtcd) member(name string) *fakeMember {
 // fakeEnv is the Kubernetes side: objects, a forwarder that hands out one
 // local port per Pod, and a dialer that connects a port to its Pod's member.
 type fakeEnv struct {
-	etcd    *fakeEtcd
-	kube    client.Client
-	mu      sync.Mutex
-	ports   map[int]string // local port → Pod
-	refuse  map[string]bool
-	dialled []etcd.Config
+	etcd *fakeEtcd
+	kube client.Client
+	// api is the fake API server behind kube, which tests may wrap.
+	api client.WithWatch
+	// onTerminal runs the plugin as if stderr were a terminal.
+	onTerminal bool
+	mu         sync.Mutex
+	ports      map[int]string // local port → Pod
+	refuse     map[string]bool
+	dialled    []etcd.Config
 }
 
 func newFakeEnv(t *testing.T, e *fakeEtcd, objs ...client.Object) *fakeEnv {
@@ -99,9 +108,14 @@ func newFakeEnv(t *testing.T, e *fakeEtcd, objs ...client.Object) *fakeEnv {
 	if err := v1alpha2.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	// EtcdDefrag has a status subresource, as its CRD does: the plugin's
+	// writes cannot set a status, and the simulated controller's must go
+	// through Status().
+	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&v1alpha2.EtcdDefrag{}).Build()
 	return &fakeEnv{
 		etcd:   e,
-		kube:   fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build(),
+		kube:   api,
+		api:    api,
 		ports:  map[int]string{},
 		refuse: map[string]bool{},
 	}
@@ -172,7 +186,12 @@ func (f *fakeEnv) deps() deps {
 // run runs the plugin with args and returns its exit code and output.
 func (f *fakeEnv) run(args ...string) (code int, stdout, stderr string) {
 	var out, errOut bytes.Buffer
-	a := &app{version: "v1.2.3-test", connect: func(*Options) (deps, error) { return f.deps(), nil }, terminal: func(io.Writer) bool { return false }}
+	a := &app{
+		version:   "v1.2.3-test",
+		connect:   func(*Options) (deps, error) { return f.deps(), nil },
+		terminal:  func(io.Writer) bool { return f.onTerminal },
+		pollEvery: time.Millisecond,
+	}
 	code = a.execute(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
@@ -445,4 +464,64 @@ func threeMembers(t *testing.T, mods ...func(*fakeEtcd)) *fakeEnv {
 		m(e)
 	}
 	return newFakeEnv(t, e, cluster("c"), memberPod("c", "c-a"), memberPod("c", "c-b"), memberPod("c", "c-c"))
+}
+
+// simulateDefragController stands in for the operator's EtcdDefrag
+// controller: before each read of an EtcdDefrag, the run moves one step on,
+// written through the status subresource as the controller writes it;
+// steps[i] is what changed before the i-th read. Reads after the last step
+// see the run as that step left it. The plugin reads, so each step is seen
+// exactly once, without the test waiting on a clock.
+func (f *fakeEnv) simulateDefragController(t *testing.T, steps ...func(*v1alpha2.EtcdDefrag)) {
+	t.Helper()
+	next := 0
+	f.kube = interceptor.NewClient(f.api, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, isRun := obj.(*v1alpha2.EtcdDefrag); isRun && next < len(steps) {
+				run := &v1alpha2.EtcdDefrag{}
+				if err := c.Get(ctx, key, run); err != nil {
+					return err
+				}
+				steps[next](run)
+				next++
+				// A step may delete the run, as its TTL or a person would.
+				if err := c.Status().Update(ctx, run); err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("the simulated controller's status write failed: %v", err)
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+}
+
+// withoutDefragCRD is an API server whose operator predates EtcdDefrag: the
+// client's REST mapper finds no such kind, for any verb.
+func (f *fakeEnv) withoutDefragCRD() {
+	noKind := func(obj runtime.Object) error {
+		switch obj.(type) {
+		case *v1alpha2.EtcdDefrag, *v1alpha2.EtcdDefragList:
+			return &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: v1alpha2.GroupVersion.Group, Kind: "EtcdDefrag"}, SearchedVersions: []string{v1alpha2.GroupVersion.Version}}
+		}
+		return nil
+	}
+	f.kube = interceptor.NewClient(f.api, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if err := noKind(obj); err != nil {
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := noKind(obj); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := noKind(list); err != nil {
+				return err
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
 }

@@ -66,3 +66,16 @@ func (p *progress) clear() {
 func (s *session) progress(cmd interface{ ErrOrStderr() io.Writer }) *progress {
 	return s.progressTo(cmd.ErrOrStderr())
 }
+
+// note prints a line that stays, in place of the progress line: for results
+// that come one at a time during a long wait. Off a terminal it prints
+// nothing, as show does.
+func (p *progress) note(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.on {
+		return
+	}
+	fmt.Fprintf(p.w, "\r\x1b[K"+format+"\n", args...)
+	p.shown = false
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -43,6 +44,8 @@ type app struct {
 	connect func(o *Options) (deps, error)
 	// terminal reports whether w is a terminal (progress is shown only there).
 	terminal func(w io.Writer) bool
+	// pollEvery is how often a followed EtcdDefrag is read (0: defragPollEvery).
+	pollEvery time.Duration
 }
 
 // Main runs the plugin with the process's arguments and returns its exit

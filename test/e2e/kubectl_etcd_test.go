@@ -156,7 +156,7 @@ func defragReclaimsUnderWrites(t *testing.T, name string) {
 		t.Errorf("compact: %q", out)
 	}
 	w.mark("defrag")
-	out, errOut, code := runPlugin(t, "defrag", "-c", name)
+	out, errOut, code := runPlugin(t, "defrag", "-c", name, "--direct")
 	w.mark("defragged")
 	if code != 0 || errOut != "" {
 		t.Fatalf("defrag -c: exit %d, stderr %q (piped: no progress expected)\n%s", code, errOut, out)
@@ -181,7 +181,7 @@ func defragReclaimsUnderWrites(t *testing.T, name string) {
 // progressOnlyOnATerminal: defrag and snapshot show progress on a terminal
 // stderr, and (above) nothing when piped.
 func progressOnlyOnATerminal(t *testing.T, name string) {
-	out, tty := runPluginOnTerminal(t, "defrag", "-c", name)
+	out, tty := runPluginOnTerminal(t, "defrag", "-c", name, "--direct")
 	if !strings.Contains(tty, "Defragmenting ") || !strings.Contains(out, "leader") {
 		t.Errorf("defrag on a terminal: stderr %q, stdout %q", tty, out)
 	}
@@ -309,7 +309,7 @@ func testPluginMTLSAuth(t *testing.T) {
 	if out := mustPlugin(t, "compact", "-c", name); !strings.Contains(out, "ompacted") {
 		t.Errorf("compact: %q", out)
 	}
-	if out := mustPlugin(t, "defrag", "-c", name); !strings.Contains(out, "leader") {
+	if out := mustPlugin(t, "defrag", "-c", name, "--direct"); !strings.Contains(out, "leader") {
 		t.Errorf("defrag: %q", out)
 	}
 	if out := mustPlugin(t, "alarm", "list", "-p", leader.Name); out != "No alarm is raised.\n" {
@@ -353,7 +353,7 @@ func noSpaceIsClearedByDefrag(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	mustPlugin(t, "compact", "-c", name)
-	out := mustPlugin(t, "defrag", "-c", name)
+	out := mustPlugin(t, "defrag", "-c", name, "--direct")
 	t.Logf("kubectl etcd defrag -c %s:\n%s", name, out)
 	if !strings.Contains(out, "Disarmed NOSPACE of member ") {
 		t.Errorf("defrag did not disarm NOSPACE:\n%s", out)
