@@ -118,7 +118,7 @@ func (k *kubelet) registerNodes(ctx context.Context) error {
 			// No host name: the API server would dial it to reach the logs.
 			Addresses:       []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
 			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(k.logPort)}},
-			NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "procnode", OperatingSystem: "linux", Architecture: "amd64"},
+			NodeInfo:        corev1.NodeSystemInfo{KubeletVersion: "procnode", OperatingSystem: "linux", Architecture: "amd64"},
 		}
 		ready, err := k.cs.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
 		if err != nil {
