@@ -52,9 +52,12 @@ manager: ## Build the operator binary (static) into bin/manager.
 image: manager ## Build the operator's OCI image tarball (bin/etcd-operator-image.tar) without a container engine.
 	$(GO) run ./hack/image --binary bin/manager --ref $(IMAGE) --out $(IMAGE_TAR)
 
-.PHONY: image-faults
-image-faults: ## (tests) The operator image with fault injection, for the crash suite only.
+.PHONY: manager-faults
+manager-faults: ## (tests) The operator binary with fault injection (bin/manager-faults), for the crash suite only.
 	$(GO) build -tags faultinjection -ldflags "-s -w -X main.version=$(VERSION)" -o bin/manager-faults ./cmd/etcd-operator
+
+.PHONY: image-faults
+image-faults: manager-faults ## (tests) The operator image with fault injection, for the crash suite only.
 	$(GO) run ./hack/image --binary bin/manager-faults --ref $(FAULTS_IMAGE) --out $(FAULTS_IMAGE_TAR)
 
 # --- kubectl-etcd ---------------------------------------------------------------
@@ -162,10 +165,26 @@ sandbox-down: ## Stop the sandbox and remove everything it made (works after a c
 test-sandbox: tools sandbox-deps $(TESTTIMES) ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
 	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 20m ./test/sandbox/... | $(RECORD) sandbox
 
+# The integration tier: the end-to-end suites that need no real node, run on
+# procnode (a real control plane; nodes that run Pods as processes in a
+# namespace of the test's own; see docs/testing.md). Root, no sandbox.
+INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestClientServiceServesVotersOnly
+.PHONY: test-integration
+test-integration: tools manager manager-faults $(TESTTIMES) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).
+	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 30m -parallel 2 -run '^($(INTEGRATION))$$' ./test/e2e/... \
+		| $(RECORD) integration
+
+# Every suite the integration tier can run; make test-full runs them all there.
+INTEGRATION_FULL := $(INTEGRATION)|TestBootstrap|TestScale|TestAuthentication|TestDataDirLossReplaced|TestOperatorCrashAtEveryStep|TestDeletedClaimReplacesMember|TestLeaderHandsOverBeforeRemoval|TestPauseAndResume|TestSpecEditMidScaleWaitsForTheBoundary|TestImpossibleTargetThenFixed|TestOwnTLSSecrets|TestTmpfsMemberReplaced|TestRollingUpgrade|TestSettingsRollOut
+.PHONY: test-integration-full
+test-integration-full: tools manager manager-faults $(TESTTIMES) ## Every suite the integration tier can run (needs root).
+	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 60m -parallel 2 -run '^($(INTEGRATION_FULL))$$' ./test/e2e/... \
+		| $(RECORD) integration
+
 # The end-to-end suites of make test: what only real nodes prove, within its
 # 20-minute budget. Every other suite runs in make test-full; docs/testing.md
 # names what proves the same in make test.
-E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestRollStopsOnAStuckMember|TestPeerPartitionDuringRoll|TestDataDirLossReplaced|TestMigrate|TestNamespaceDeletion|TestDeletionLeavesNothing|TestTLSModes|TestSnapshotAndRestore
+E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestRollStopsOnAStuckMember|TestPeerPartitionDuringRoll|TestDataDirLossReplaced|TestMigrate|TestTLSModes|TestSnapshotAndRestore
 E2E_CORE_SKIP := ^TestSnapshotAndRestore$$/^failures$$
 .PHONY: test-e2e
 test-e2e: tools sandbox-deps sandbox-bin image image-faults $(TESTTIMES) ## The operator's core end-to-end suites on a sandbox of their own (needs root).
@@ -190,10 +209,11 @@ soak: tools sandbox-deps sandbox-bin image image-faults ## A seeded random sched
 # make test's steps in order, each as <tier>:<target>. They run one at a time,
 # each in a make of its own, stopping at the first failure (or not, with -k).
 TEST_STEPS := static:tools static:check-generate static:vet static:lint unit:unit api:test-api \
-	cert-manager:test-cert-manager sandbox:test-sandbox e2e:test-e2e
+	cert-manager:test-cert-manager integration:test-integration sandbox:test-sandbox e2e:test-e2e
 
 # make test-full: the same steps with every end-to-end suite.
-TEST_FULL_STEPS := $(filter-out e2e:test-e2e,$(TEST_STEPS)) e2e:test-e2e-full
+TEST_FULL_STEPS := $(filter-out integration:test-integration e2e:test-e2e,$(TEST_STEPS)) \
+	integration:test-integration-full e2e:test-e2e-full
 
 .PHONY: test-full
 test-full: $(TESTTIMES) ## make test with every end-to-end suite (about 45 minutes): run before calling an issue that touches a suite's area resolved.

@@ -35,6 +35,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox/storage"
 )
 
 // Image is a container image the nodes can run: the files it holds, its
@@ -74,6 +76,7 @@ type Env struct {
 	kubeconfig string
 	procs      []*exec.Cmd
 	kubelet    *kubelet
+	storage    *storage.Provisioner
 	cancel     context.CancelFunc
 	done       chan struct{}
 }
@@ -105,11 +108,20 @@ func Up(ctx context.Context, cfg Config) (*Env, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	// Claims get directories as the sandbox's do: the same provisioner,
+	// StorageClasses (the default one immediate, the local one waiting for
+	// the scheduler) and expansion in place.
+	if e.storage, err = storage.Start(runCtx, cs, filepath.Join(cfg.Dir, "volumes")); err != nil {
+		cancel()
+		e.Down()
+		return nil, err
+	}
 	e.kubelet = newKubelet(cs, cfg, e.restConfig, os.Getenv(envInside))
 	if err := e.kubelet.registerNodes(ctx); err != nil {
 		e.Down()
 		return nil, err
 	}
+	e.kubelet.started = true
 	go func() {
 		defer close(e.done)
 		e.kubelet.run(runCtx)
@@ -163,7 +175,7 @@ var controllers = []string{
 	"garbage-collector-controller", "namespace-controller", "endpointslice-controller",
 	"endpoints-controller", "disruption-controller", "persistentvolume-binder-controller",
 	"persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller",
-	"job-controller", "ttl-after-finished-controller", "cronjob-controller", "serviceaccount-controller",
+	"job-controller", "ttl-after-finished-controller", "cronjob-controller", "serviceaccount-controller", "serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller", "deployment-controller", "replicaset-controller",
 	"statefulset-controller",
 }
@@ -188,8 +200,13 @@ func (e *Env) startControllers() error {
 		e.procs = append(e.procs, cmd)
 		return nil
 	}
+	// Each controller acts as its own service account, as in a kubeadm
+	// cluster: the member-deletion guard lets the garbage collector's
+	// through and no other.
 	if err := start("kube-controller-manager", "--kubeconfig="+e.kubeconfig, "--leader-elect=false",
 		"--secure-port=0", "--controllers="+strings.Join(controllers, ","),
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+filepath.Join(e.api.ControlPlane.APIServer.CertDir, "sa-signer.key"),
 		"--root-ca-file="+filepath.Join(e.cfg.Dir, "ca.crt"),
 		// Garbage collection and namespace deletion answer within a second
 		// or two, as a busy real cluster's do.
@@ -215,6 +232,8 @@ func (e *Env) PodLog(ns, pod, container string) string { return e.kubelet.podLog
 func (e *Env) Down() {
 	if e.cancel != nil {
 		e.cancel()
+	}
+	if e.kubelet != nil && e.kubelet.started {
 		<-e.done
 	}
 	for _, p := range e.procs {
@@ -224,4 +243,26 @@ func (e *Env) Down() {
 	if e.api != nil {
 		_ = e.api.Stop()
 	}
+}
+
+// Kill kills a container's processes at once, as a crash would; the Pod's
+// restart policy restarts it.
+func (e *Env) Kill(_ context.Context, ns, pod, container string) error {
+	r := e.kubelet.runnerOf(ns, pod)
+	if r == nil {
+		return fmt.Errorf("pod %s/%s is not running on a node", ns, pod)
+	}
+	r.mu.Lock()
+	p := r.procs[container]
+	r.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("container %s of pod %s/%s is not running", container, ns, pod)
+	}
+	return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Wipe deletes everything in the volume a claim is bound to, as a lost disk
+// would leave it.
+func (e *Env) Wipe(ctx context.Context, ns, claim string) error {
+	return e.storage.Wipe(ctx, ns, claim)
 }

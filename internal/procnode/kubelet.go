@@ -42,10 +42,13 @@ type kubelet struct {
 
 	logServer *http.Server
 	logPort   int
+	// started is set once run runs (Down waits for it then).
+	started bool
+	proxy   *proxy
 }
 
 func newKubelet(cs kubernetes.Interface, cfg Config, rc *rest.Config, hostsFile string) *kubelet {
-	k := &kubelet{cs: cs, cfg: cfg, hostsFile: hostsFile, images: map[string]Image{}, pods: map[types.UID]*podRunner{}}
+	k := &kubelet{cs: cs, cfg: cfg, hostsFile: hostsFile, images: map[string]Image{}, pods: map[types.UID]*podRunner{}, proxy: newProxy()}
 	if u, err := url.Parse(rc.Host); err == nil {
 		k.apiHost, k.apiPort = u.Hostname(), u.Port()
 	}
@@ -150,11 +153,11 @@ func (k *kubelet) run(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		k.syncPods(ctx)
-		k.provisionClaims(ctx)
-		k.reclaimVolumes(ctx)
 		k.syncHosts(ctx)
+		k.proxy.sync(ctx, k)
 		select {
 		case <-ctx.Done():
+			k.proxy.stop()
 			k.stopAll()
 			if k.logServer != nil {
 				_ = k.logServer.Close()
@@ -258,65 +261,11 @@ func (k *kubelet) podLog(ns, name, container string) string {
 	return string(b)
 }
 
-// provisionClaims gives every pending claim a volume of its own, a
-// directory, as a dynamic provisioner would; kube-controller-manager binds
-// the two.
-func (k *kubelet) provisionClaims(ctx context.Context) {
-	claims, err := k.cs.CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, c := range claims.Items {
-		if c.Spec.VolumeName != "" || c.DeletionTimestamp != nil || c.Status.Phase != corev1.ClaimPending {
-			continue
-		}
-		name := "pv-" + string(c.UID)
-		dir := filepath.Join(k.cfg.Dir, "volumes", name)
-		if err := os.MkdirAll(dir, 0o777); err != nil {
-			continue
-		}
-		_ = os.Chmod(dir, 0o777)
-		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{annotationProvisioned: dir}},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: c.Spec.Resources.Requests[corev1.ResourceStorage]},
-				AccessModes:                   c.Spec.AccessModes,
-				StorageClassName:              ptr.Deref(c.Spec.StorageClassName, ""),
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: c.Namespace, Name: c.Name, UID: c.UID},
-				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
-			},
-		}
-		_, _ = k.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
-	}
-}
-
-const annotationProvisioned = "procnode.etcd-operator.cozystack.io/directory"
-
-// reclaimVolumes deletes a provisioned volume and its directory once its
-// claim is gone (the reclaim policy Delete of a real provisioner).
-func (k *kubelet) reclaimVolumes(ctx context.Context) {
-	pvs, err := k.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return
-	}
-	for _, pv := range pvs.Items {
-		dir := pv.Annotations[annotationProvisioned]
-		if dir == "" || pv.Status.Phase != corev1.VolumeReleased {
-			continue
-		}
-		if err := k.cs.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
-			_ = os.RemoveAll(dir)
-		}
-	}
-}
-
 // syncHosts writes the names cluster DNS would answer: a Pod with a
 // hostname and a subdomain naming a headless Service that selects it, by
 // <hostname>.<subdomain>.<namespace>.svc (ready or not as the Service
-// publishes them); a headless Service by its ready Pods; and a Service
-// with a cluster IP by its ready Pods too, as kube-proxy would send a
-// connection to one of them (its ports must be its Pods' ports here).
+// publishes them); a headless Service by its ready Pods; a Service with a
+// cluster IP by that IP, where the proxy listens.
 func (k *kubelet) syncHosts(ctx context.Context) {
 	pods, err := k.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -328,6 +277,12 @@ func (k *kubelet) syncHosts(ctx context.Context) {
 	}
 	var lines []string
 	for _, svc := range svcs.Items {
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			if svc.Spec.ClusterIP != "" {
+				lines = append(lines, hostsLine(svc.Spec.ClusterIP, svc.Name+"."+svc.Namespace))
+			}
+			continue
+		}
 		if len(svc.Spec.Selector) == 0 {
 			continue
 		}
@@ -336,14 +291,13 @@ func (k *kubelet) syncHosts(ctx context.Context) {
 			if p.Namespace != svc.Namespace || p.Status.PodIP == "" || p.DeletionTimestamp != nil || !sel.Matches(labels.Set(p.Labels)) {
 				continue
 			}
-			ready := podReady(&p)
-			if svc.Spec.ClusterIP == corev1.ClusterIPNone && p.Spec.Hostname != "" && p.Spec.Subdomain == svc.Name &&
-				(ready || svc.Spec.PublishNotReadyAddresses) {
+			if !podReady(&p) && !svc.Spec.PublishNotReadyAddresses {
+				continue
+			}
+			if p.Spec.Hostname != "" && p.Spec.Subdomain == svc.Name {
 				lines = append(lines, hostsLine(p.Status.PodIP, p.Spec.Hostname+"."+svc.Name+"."+svc.Namespace))
 			}
-			if ready || (svc.Spec.ClusterIP == corev1.ClusterIPNone && svc.Spec.PublishNotReadyAddresses) {
-				lines = append(lines, hostsLine(p.Status.PodIP, svc.Name+"."+svc.Namespace))
-			}
+			lines = append(lines, hostsLine(p.Status.PodIP, svc.Name+"."+svc.Namespace))
 		}
 	}
 	slices.Sort(lines)

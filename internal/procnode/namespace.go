@@ -89,11 +89,12 @@ const hostsHeader = "127.0.0.1 localhost\n::1 localhost\n"
 const PodCIDR = "10.244.0.0/16"
 
 // bringUpNetwork starts the namespace's loopback device and makes every
-// address of PodCIDR local to it.
+// address of PodCIDR and ServiceCIDR local to it.
 func bringUpNetwork() error {
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},
 		{"route", "add", "local", PodCIDR, "dev", "lo", "table", "local"},
+		{"route", "add", "local", ServiceCIDR, "dev", "lo", "table", "local"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %v: %w: %s", args, err, out)

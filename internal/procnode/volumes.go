@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox/storage"
 )
 
 // makeVolumes gives every volume of the Pod its directory: a claim's
@@ -73,10 +75,11 @@ func (r *podRunner) claimDir(ctx context.Context, ns, name string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	if pv.Spec.HostPath == nil {
+	dir := storage.VolumePath(pv)
+	if dir == "" {
 		return "", fmt.Errorf("persistentvolume %q is not a directory of this machine", pv.Name)
 	}
-	return pv.Spec.HostPath.Path, nil
+	return dir, nil
 }
 
 // file is one file of a Secret-like volume.

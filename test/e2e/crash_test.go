@@ -74,7 +74,7 @@ func killCrashOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.Kill(context.Background(), crashNS, strings.TrimSpace(list), "manager"); err != nil {
+	if err := injector().Kill(context.Background(), crashNS, strings.TrimSpace(list), "manager"); err != nil {
 		t.Fatal(err)
 	}
 }

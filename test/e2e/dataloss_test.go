@@ -27,10 +27,10 @@ func TestDataDirLossReplaced(t *testing.T) {
 		ctx := context.Background()
 		lost, back := fmt.Sprintf("lost %d", i), fmt.Sprintf("replaced %d", i)
 		w.mark(lost)
-		if err := sb.Wipe(ctx, ns, manifest.PVCName(victim)); err != nil {
+		if err := injector().Wipe(ctx, ns, manifest.PVCName(victim)); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.Kill(ctx, ns, victim, manifest.EtcdContainer); err != nil {
+		if err := injector().Kill(ctx, ns, victim, manifest.EtcdContainer); err != nil {
 			t.Fatal(err)
 		}
 		waitReplaced(t, ns, name, victim, 3, 3*time.Minute)

@@ -98,3 +98,18 @@ func setUpIntegration(ctx context.Context, dir string) error {
 	image, faultsImage = integrationImage, integrationFaultsImage
 	return installMainOperator(ctx)
 }
+
+// faultInjector is what a suite may do to a member either tier runs: kill
+// a container, wipe a claim's volume.
+type faultInjector interface {
+	Kill(ctx context.Context, ns, pod, container string) error
+	Wipe(ctx context.Context, ns, claim string) error
+}
+
+// injector is the tier the suites run on, as a fault injector.
+func injector() faultInjector {
+	if pn != nil {
+		return pn
+	}
+	return sb
+}

@@ -112,10 +112,10 @@ func TestMigrate(t *testing.T) {
 	})
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
 	w.mark("wiped")
-	if err := sb.Wipe(context.Background(), ns, "data-"+victim); err != nil {
+	if err := injector().Wipe(context.Background(), ns, "data-"+victim); err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.Kill(context.Background(), ns, victim, "etcd"); err != nil {
+	if err := injector().Kill(context.Background(), ns, victim, "etcd"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Minute, "wiped member "+victim+" replaced", func() (bool, string) {

@@ -315,7 +315,11 @@ func (w *writer) verify(after string) {
 	if lost > 0 {
 		w.t.Errorf("%d of %d acknowledged writes lost", lost, len(acked))
 	}
-	w.t.Logf("writer: %d writes acknowledged and all present, %d failed; longest stall %s", len(acked), failed, stall.Round(time.Millisecond))
+	present := "all present"
+	if lost > 0 {
+		present = fmt.Sprintf("%d present", len(acked)-lost)
+	}
+	w.t.Logf("writer: %d writes acknowledged and %s, %d failed; longest stall %s", len(acked), present, failed, stall.Round(time.Millisecond))
 	w.checkLinearizable()
 }
 

@@ -25,9 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox/cgroups"
@@ -295,33 +293,10 @@ func (d *Daemon) startWorld(ctx context.Context) error {
 	if err := d.cp.StartProxy(d.in, controlplane.Options{ToolsBin: d.opts.ToolsBin}); err != nil {
 		return err
 	}
-	f := informers.NewSharedInformerFactory(d.client, 0)
-	pvcs, pvs := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
-	d.storage = &storage.Provisioner{Client: d.client, PVCs: pvcs.Lister(), PVs: pvs.Lister(), Dir: d.in.Path("volumes")}
-	d.storage.Init()
-	if err := d.storage.EnsureClasses(ctx); err != nil {
+	var err error
+	if d.storage, err = storage.Start(ctx, d.client, d.in.Path("volumes")); err != nil {
 		return err
 	}
-	key := func(obj any) string {
-		k, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-		return k
-	}
-	_, _ = pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.storage.ClaimChanged(key(obj)) },
-		UpdateFunc: func(_, obj any) { d.storage.ClaimChanged(key(obj)) },
-	})
-	_, _ = pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { d.storage.VolumeChanged(key(obj)) },
-		UpdateFunc: func(_, obj any) { d.storage.VolumeChanged(key(obj)) },
-		DeleteFunc: func(obj any) { d.storage.VolumeChanged(key(obj)) },
-	})
-	f.Start(ctx.Done())
-	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer for %v did not sync", typ)
-		}
-	}
-	go d.storage.Run(ctx)
 	ref, err := images.CoreDNS(filepath.Dir(d.opts.ToolsBin))
 	if err != nil {
 		return err

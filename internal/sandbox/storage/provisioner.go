@@ -19,8 +19,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -294,4 +296,38 @@ func (p *Provisioner) Wipe(ctx context.Context, ns, claim string) error {
 	}
 	slog.Info("Wiped a volume", "claim", ns+"/"+claim, "path", path, "at", time.Now())
 	return nil
+}
+
+// Start creates the classes and runs a provisioner for dir until ctx ends,
+// fed by informers of its own; the sandbox's daemon and the integration
+// tier's nodes (package procnode) provision the same way.
+func Start(ctx context.Context, client kubernetes.Interface, dir string) (*Provisioner, error) {
+	f := informers.NewSharedInformerFactory(client, 0)
+	pvcs, pvs := f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes()
+	p := &Provisioner{Client: client, PVCs: pvcs.Lister(), PVs: pvs.Lister(), Dir: dir}
+	p.Init()
+	if err := p.EnsureClasses(ctx); err != nil {
+		return nil, err
+	}
+	key := func(obj any) string {
+		k, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		return k
+	}
+	_, _ = pvcs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.ClaimChanged(key(obj)) },
+		UpdateFunc: func(_, obj any) { p.ClaimChanged(key(obj)) },
+	})
+	_, _ = pvs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.VolumeChanged(key(obj)) },
+		UpdateFunc: func(_, obj any) { p.VolumeChanged(key(obj)) },
+		DeleteFunc: func(obj any) { p.VolumeChanged(key(obj)) },
+	})
+	f.Start(ctx.Done())
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	go p.Run(ctx)
+	return p, nil
 }
