@@ -171,7 +171,7 @@ test-sandbox: tools sandbox-deps $(TESTTIMES) ## The sandbox's own end-to-end te
 INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestClientServiceServesVotersOnly
 .PHONY: test-integration
 test-integration: tools manager manager-faults $(TESTTIMES) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).
-	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 30m -parallel 2 -run '^($(INTEGRATION))$$' ./test/e2e/... \
+	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 30m -parallel 4 -run '^($(INTEGRATION))$$' ./test/e2e/... \
 		| $(RECORD) integration
 
 # Every suite the integration tier can run; make test-full runs them all there.
