@@ -277,28 +277,7 @@ func (k *kubelet) syncHosts(ctx context.Context) {
 	}
 	var lines []string
 	for _, svc := range svcs.Items {
-		if svc.Spec.ClusterIP != corev1.ClusterIPNone {
-			if svc.Spec.ClusterIP != "" {
-				lines = append(lines, hostsLine(svc.Spec.ClusterIP, svc.Name+"."+svc.Namespace))
-			}
-			continue
-		}
-		if len(svc.Spec.Selector) == 0 {
-			continue
-		}
-		sel := labels.SelectorFromSet(svc.Spec.Selector)
-		for _, p := range pods.Items {
-			if p.Namespace != svc.Namespace || p.Status.PodIP == "" || p.DeletionTimestamp != nil || !sel.Matches(labels.Set(p.Labels)) {
-				continue
-			}
-			if !podReady(&p) && !svc.Spec.PublishNotReadyAddresses {
-				continue
-			}
-			if p.Spec.Hostname != "" && p.Spec.Subdomain == svc.Name {
-				lines = append(lines, hostsLine(p.Status.PodIP, p.Spec.Hostname+"."+svc.Name+"."+svc.Namespace))
-			}
-			lines = append(lines, hostsLine(p.Status.PodIP, svc.Name+"."+svc.Namespace))
-		}
+		lines = append(lines, serviceHosts(&svc, pods.Items)...)
 	}
 	slices.Sort(lines)
 	content := hostsHeader + strings.Join(lines, "")
@@ -309,6 +288,34 @@ func (k *kubelet) syncHosts(ctx context.Context) {
 	if err := os.WriteFile(k.hostsFile, []byte(content), 0o644); err == nil {
 		k.hosts = content
 	}
+}
+
+// serviceHosts are the hosts lines of one Service.
+func serviceHosts(svc *corev1.Service, pods []corev1.Pod) []string {
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		if svc.Spec.ClusterIP == "" {
+			return nil
+		}
+		return []string{hostsLine(svc.Spec.ClusterIP, svc.Name+"."+svc.Namespace)}
+	}
+	if len(svc.Spec.Selector) == 0 {
+		return nil
+	}
+	sel := labels.SelectorFromSet(svc.Spec.Selector)
+	var lines []string
+	for _, p := range pods {
+		if p.Namespace != svc.Namespace || p.Status.PodIP == "" || p.DeletionTimestamp != nil || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		if !podReady(&p) && !svc.Spec.PublishNotReadyAddresses {
+			continue
+		}
+		if p.Spec.Hostname != "" && p.Spec.Subdomain == svc.Name {
+			lines = append(lines, hostsLine(p.Status.PodIP, p.Spec.Hostname+"."+svc.Name+"."+svc.Namespace))
+		}
+		lines = append(lines, hostsLine(p.Status.PodIP, svc.Name+"."+svc.Namespace))
+	}
+	return lines
 }
 
 func hostsLine(ip, name string) string {

@@ -307,33 +307,40 @@ func (r *podRunner) publish() {
 		if pod.UID != r.uid {
 			return nil
 		}
-		keep := status.DeepCopy()
-		for _, c := range pod.Status.Conditions {
-			if c.Type == corev1.PodScheduled {
-				keep.Conditions = append(keep.Conditions, c)
-			}
-		}
-		for i, c := range keep.Conditions {
-			for _, old := range pod.Status.Conditions {
-				if old.Type == c.Type && old.Status == c.Status {
-					keep.Conditions[i].LastTransitionTime = old.LastTransitionTime
-				}
-			}
-		}
-		pod.Status = *keep
+		pod.Status = *merged(status, pod.Status)
 		_, err = r.k.cs.CoreV1().Pods(r.ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		return err
 	})
 }
 
+// merged is the node's view of a Pod's status over the one stored: the
+// scheduler's condition stays, and a condition that did not change keeps
+// when it last did.
+func merged(status *corev1.PodStatus, stored corev1.PodStatus) *corev1.PodStatus {
+	out := status.DeepCopy()
+	for _, c := range stored.Conditions {
+		if c.Type == corev1.PodScheduled {
+			out.Conditions = append(out.Conditions, c)
+		}
+	}
+	for i, c := range out.Conditions {
+		for _, old := range stored.Conditions {
+			if old.Type == c.Type && old.Status == c.Status {
+				out.Conditions[i].LastTransitionTime = old.LastTransitionTime
+			}
+		}
+	}
+	return out
+}
+
 func (r *podRunner) statusLocked() *corev1.PodStatus {
-	ready, containersReady := true, true
+	containersReady := true
 	for _, s := range r.main {
 		if !s.Ready {
 			containersReady = false
 		}
 	}
-	ready = containersReady && r.phase == corev1.PodRunning
+	ready := containersReady && r.phase == corev1.PodRunning
 	now := metav1.Now()
 	cond := func(t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
 		c := corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, LastTransitionTime: now, Reason: reason}

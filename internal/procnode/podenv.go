@@ -196,9 +196,7 @@ func resourceValue(c corev1.Container, ref *corev1.ResourceFieldSelector) string
 // readiness result sets the container's Ready; liveness failures past the
 // threshold stop the process, which the restart policy then restarts.
 func (r *podRunner) probe(c corev1.Container, p *process, done chan struct{}) {
-	start := time.Now()
-	readyFails, readyOK, liveFails := 0, 0, 0
-	next := map[string]time.Time{}
+	st := &probeState{start: time.Now(), next: map[string]time.Time{}}
 	for {
 		select {
 		case <-done:
@@ -210,32 +208,50 @@ func (r *podRunner) probe(c corev1.Container, p *process, done chan struct{}) {
 		case <-time.After(200 * time.Millisecond):
 		}
 		now := time.Now()
-		if pr := c.ReadinessProbe; pr != nil && due(pr, start, now, next, "ready") {
-			if r.check(c, pr) {
-				readyFails, readyOK = 0, readyOK+1
-				if readyOK >= int(max(pr.SuccessThreshold, 1)) {
-					r.setReady(c.Name, true)
-				}
-			} else {
-				readyOK, readyFails = 0, readyFails+1
-				if readyFails >= int(max(pr.FailureThreshold, 1)) {
-					r.setReady(c.Name, false)
-				}
-			}
+		if pr := c.ReadinessProbe; pr != nil && due(pr, st.start, now, st.next, "ready") {
+			r.readiness(c, pr, st)
 		}
-		if pr := c.LivenessProbe; pr != nil && due(pr, start, now, next, "live") {
-			if r.check(c, pr) {
-				liveFails = 0
-			} else if liveFails++; liveFails >= int(max(pr.FailureThreshold, 1)) {
-				grace := int64(30)
-				if pod := r.current(); pod.Spec.TerminationGracePeriodSeconds != nil {
-					grace = *pod.Spec.TerminationGracePeriodSeconds
-				}
-				go p.stop(time.Now().Add(time.Duration(grace) * time.Second))
-				liveFails = 0
-			}
+		if pr := c.LivenessProbe; pr != nil && due(pr, st.start, now, st.next, "live") {
+			r.liveness(c, pr, p, st)
 		}
 	}
+}
+
+// probeState counts a container's probe results.
+type probeState struct {
+	start                         time.Time
+	next                          map[string]time.Time
+	readyFails, readyOK, liveFail int
+}
+
+func (r *podRunner) readiness(c corev1.Container, pr *corev1.Probe, st *probeState) {
+	if r.check(c, pr) {
+		st.readyFails, st.readyOK = 0, st.readyOK+1
+		if st.readyOK >= int(max(pr.SuccessThreshold, 1)) {
+			r.setReady(c.Name, true)
+		}
+		return
+	}
+	st.readyOK, st.readyFails = 0, st.readyFails+1
+	if st.readyFails >= int(max(pr.FailureThreshold, 1)) {
+		r.setReady(c.Name, false)
+	}
+}
+
+func (r *podRunner) liveness(c corev1.Container, pr *corev1.Probe, p *process, st *probeState) {
+	if r.check(c, pr) {
+		st.liveFail = 0
+		return
+	}
+	if st.liveFail++; st.liveFail < int(max(pr.FailureThreshold, 1)) {
+		return
+	}
+	grace := int64(30)
+	if pod := r.current(); pod.Spec.TerminationGracePeriodSeconds != nil {
+		grace = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	go p.stop(time.Now().Add(time.Duration(grace) * time.Second))
+	st.liveFail = 0
 }
 
 func due(pr *corev1.Probe, start, now time.Time, next map[string]time.Time, key string) bool {

@@ -48,18 +48,8 @@ func (p *proxy) sync(ctx context.Context, k *kubelet) {
 	}
 	backends := map[string][]string{}
 	for _, svc := range svcs.Items {
-		ip := svc.Spec.ClusterIP
-		// The kubernetes Service's endpoint, the API server, listens on
-		// loopback only; Pods reach it through KUBERNETES_SERVICE_HOST.
-		if ip == "" || ip == corev1.ClusterIPNone || (svc.Namespace == "default" && svc.Name == "kubernetes") {
-			continue
-		}
-		for _, port := range svc.Spec.Ports {
-			if port.Protocol != corev1.ProtocolTCP && port.Protocol != "" {
-				continue
-			}
-			key := net.JoinHostPort(ip, strconv.Itoa(int(port.Port)))
-			backends[key] = readyEndpoints(slices.Items, svc.Namespace, svc.Name, port.Name)
+		for key, eps := range serviceBackends(&svc, slices.Items) {
+			backends[key] = eps
 		}
 	}
 	p.mu.Lock()
@@ -82,6 +72,26 @@ func (p *proxy) sync(ctx context.Context, k *kubelet) {
 			delete(p.listeners, key)
 		}
 	}
+}
+
+// serviceBackends maps each TCP port of a Service with a cluster IP
+// (clusterIP:port) to its ready endpoints.
+func serviceBackends(svc *corev1.Service, slices []discoveryv1.EndpointSlice) map[string][]string {
+	ip := svc.Spec.ClusterIP
+	// The kubernetes Service's endpoint, the API server, listens on
+	// loopback only; Pods reach it through KUBERNETES_SERVICE_HOST.
+	if ip == "" || ip == corev1.ClusterIPNone || (svc.Namespace == "default" && svc.Name == "kubernetes") {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, port := range svc.Spec.Ports {
+		if port.Protocol != corev1.ProtocolTCP && port.Protocol != "" {
+			continue
+		}
+		key := net.JoinHostPort(ip, strconv.Itoa(int(port.Port)))
+		out[key] = readyEndpoints(slices, svc.Namespace, svc.Name, port.Name)
+	}
+	return out
 }
 
 // readyEndpoints are the addresses (ip:port) of a Service port's ready

@@ -20,29 +20,7 @@ func (r *podRunner) rootfs(c corev1.Container, img Image) (string, error) {
 	if _, err := os.Stat(filepath.Join(root, ".built")); err == nil {
 		return root, nil
 	}
-	for _, d := range []string{"dev", "proc", "etc", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return "", err
-		}
-	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777|os.ModeSticky); err != nil {
-		return "", err
-	}
-	if err := r.mount("tmpfs", filepath.Join(root, "dev"), "tmpfs", 0, "mode=755"); err != nil {
-		return "", err
-	}
-	for _, dev := range []string{"null", "zero", "random", "urandom", "full"} {
-		if err := r.bindFile("/dev/"+dev, filepath.Join(root, "dev", dev), false); err != nil {
-			return "", err
-		}
-	}
-	if err := r.mount("/proc", filepath.Join(root, "proc"), "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-		return "", err
-	}
-	if err := r.bindFile(r.k.hostsFile, filepath.Join(root, "etc", "hosts"), true); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "resolv.conf"), []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+	if err := r.baseFS(root); err != nil {
 		return "", err
 	}
 	paths := make([]string, 0, len(img.Files))
@@ -56,30 +34,68 @@ func (r *podRunner) rootfs(c corev1.Container, img Image) (string, error) {
 		}
 	}
 	for _, vm := range c.VolumeMounts {
-		src, ok := r.volumes[vm.Name]
-		if !ok {
-			return "", fmt.Errorf("volume mount %q names no volume of the Pod", vm.Name)
-		}
-		if vm.SubPath != "" {
-			src = filepath.Join(src, vm.SubPath)
-			if err := os.MkdirAll(src, 0o777); err != nil {
-				return "", err
-			}
-		}
-		target := filepath.Join(root, vm.MountPath)
-		if err := os.MkdirAll(target, 0o755); err != nil {
+		if err := r.mountVolume(root, vm); err != nil {
 			return "", err
-		}
-		if err := r.mount(src, target, "", syscall.MS_BIND, ""); err != nil {
-			return "", err
-		}
-		if vm.ReadOnly {
-			if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-				return "", fmt.Errorf("making %s read-only: %w", vm.MountPath, err)
-			}
 		}
 	}
 	return root, os.WriteFile(filepath.Join(root, ".built"), nil, 0o644)
+}
+
+// baseFS makes what every container has: /dev with the usual devices and
+// a termination log, /proc, /tmp, /etc/hosts and /etc/resolv.conf.
+func (r *podRunner) baseFS(root string) error {
+	for _, d := range []string{"dev", "proc", "etc", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777|os.ModeSticky); err != nil {
+		return err
+	}
+	if err := r.mount("tmpfs", filepath.Join(root, "dev"), "tmpfs", 0, "mode=755"); err != nil {
+		return err
+	}
+	for _, dev := range []string{"null", "zero", "random", "urandom", "full"} {
+		if err := r.bindFile("/dev/"+dev, filepath.Join(root, "dev", dev), false); err != nil {
+			return err
+		}
+	}
+	if err := r.mount("/proc", filepath.Join(root, "proc"), "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return err
+	}
+	if err := r.bindFile(r.k.hostsFile, filepath.Join(root, "etc", "hosts"), true); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(root, "etc", "resolv.conf"), []byte("nameserver 127.0.0.1\n"), 0o644)
+}
+
+// mountVolume binds a volume (or its subPath) at its mount path.
+func (r *podRunner) mountVolume(root string, vm corev1.VolumeMount) error {
+	r.mu.Lock()
+	src, ok := r.volumes[vm.Name]
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("volume mount %q names no volume of the Pod", vm.Name)
+	}
+	if vm.SubPath != "" {
+		src = filepath.Join(src, vm.SubPath)
+		if err := os.MkdirAll(src, 0o777); err != nil {
+			return err
+		}
+	}
+	target := filepath.Join(root, vm.MountPath)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := r.mount(src, target, "", syscall.MS_BIND, ""); err != nil {
+		return err
+	}
+	if vm.ReadOnly {
+		if err := syscall.Mount("", target, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("making %s read-only: %w", vm.MountPath, err)
+		}
+	}
+	return nil
 }
 
 // bindFile binds a file of this machine at target, read-only if asked.

@@ -98,20 +98,15 @@ func (r *podRunner) volumeFiles(ctx context.Context, pod *corev1.Pod, v corev1.V
 		mode := os.FileMode(ptr.Deref(v.ConfigMap.DefaultMode, 0o644))
 		return out, r.configMapFiles(ctx, pod.Namespace, v.ConfigMap.Name, v.ConfigMap.Items, mode, ptr.Deref(v.ConfigMap.Optional, false), out)
 	case v.DownwardAPI != nil:
-		for _, item := range v.DownwardAPI.Items {
-			if item.FieldRef == nil {
-				continue
-			}
-			val, err := r.fieldValue(pod, item.FieldRef.FieldPath)
-			if err != nil {
-				return nil, err
-			}
-			out[item.Path] = file{[]byte(val), 0o644}
-		}
-		return out, nil
+		return out, r.downwardFiles(pod, v.DownwardAPI.Items, 0o644, out)
 	}
-	mode := os.FileMode(ptr.Deref(v.Projected.DefaultMode, 0o644))
-	for _, src := range v.Projected.Sources {
+	return out, r.projectedFiles(ctx, pod, v.Projected, out)
+}
+
+// projectedFiles writes a projected volume's sources into out.
+func (r *podRunner) projectedFiles(ctx context.Context, pod *corev1.Pod, v *corev1.ProjectedVolumeSource, out map[string]file) error {
+	mode := os.FileMode(ptr.Deref(v.DefaultMode, 0o644))
+	for _, src := range v.Sources {
 		var err error
 		switch {
 		case src.Secret != nil:
@@ -123,22 +118,28 @@ func (r *podRunner) volumeFiles(ctx context.Context, pod *corev1.Pod, v corev1.V
 			token, err = r.token(ctx, pod, src.ServiceAccountToken)
 			out[src.ServiceAccountToken.Path] = file{[]byte(token), mode}
 		case src.DownwardAPI != nil:
-			for _, item := range src.DownwardAPI.Items {
-				if item.FieldRef == nil {
-					continue
-				}
-				var val string
-				if val, err = r.fieldValue(pod, item.FieldRef.FieldPath); err != nil {
-					break
-				}
-				out[item.Path] = file{[]byte(val), mode}
-			}
+			err = r.downwardFiles(pod, src.DownwardAPI.Items, mode, out)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// downwardFiles writes downward API fields into out.
+func (r *podRunner) downwardFiles(pod *corev1.Pod, items []corev1.DownwardAPIVolumeFile, mode os.FileMode, out map[string]file) error {
+	for _, item := range items {
+		if item.FieldRef == nil {
+			continue
+		}
+		val, err := r.fieldValue(pod, item.FieldRef.FieldPath)
+		if err != nil {
+			return err
+		}
+		out[item.Path] = file{[]byte(val), mode}
+	}
+	return nil
 }
 
 func (r *podRunner) secretFiles(ctx context.Context, ns, name string, items []corev1.KeyToPath, mode os.FileMode, optional bool, out map[string]file) error {
