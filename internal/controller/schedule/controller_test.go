@@ -284,3 +284,42 @@ func TestHistoryLimits(t *testing.T) {
 		t.Errorf("last success %v", st.LastSuccessfulTime)
 	}
 }
+
+// verifyEvery picks the first snapshot and every Nth after it.
+func TestVerifyEveryNthSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		verify bool
+		every  *int32
+		want   []bool
+	}{
+		{"not asked", false, nil, []bool{false, false, false, false}},
+		{"every one", true, nil, []bool{true, true, true, true}},
+		{"every third", true, ptr.To[int32](3), []bool{true, false, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, schedule(func(s *v1alpha2.EtcdSnapshotSchedule) {
+				s.Spec.SnapshotTemplate.Spec.Verify = tc.verify
+				s.Spec.VerifyEvery = tc.every
+			}))
+			var got []bool
+			for minute := 1; minute <= len(tc.want); minute++ {
+				slot := created.Truncate(time.Minute).Add(time.Duration(minute) * time.Minute)
+				f.reconcileAt(slot.Add(time.Second).Format(time.RFC3339))
+				f.reconcileAt(slot.Add(2 * time.Second).Format(time.RFC3339))
+				s := &v1alpha2.EtcdSnapshot{}
+				if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: SnapshotName("nightly", slot)}, s); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, s.Spec.Verify)
+				f.finishAll(v1alpha2.SnapshotComplete)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("verified %v, want %v", got, tc.want)
+			}
+			if n := f.schedule().Status.SnapshotsMade; n != int64(len(tc.want)) {
+				t.Errorf("snapshotsMade %d, want %d", n, len(tc.want))
+			}
+		})
+	}
+}
