@@ -177,8 +177,13 @@ func VerifyConfigFromEnv(get func(string) string) (VerifyConfig, error) {
 	for _, f := range []struct {
 		name string
 		into *int64
-	}{{agentenv.EnvExpectSize, &e.SizeBytes}, {agentenv.EnvExpectRevision, &e.Revision}, {agentenv.EnvExpectCompactRevision, &e.CompactRevision}} {
-		if *f.into, err = optionalInt(get, f.name); err != nil {
+		min  int64
+	}{
+		{agentenv.EnvExpectSize, &e.SizeBytes, 0}, {agentenv.EnvExpectRevision, &e.Revision, 0},
+		// etcd says -1 for a store never compacted.
+		{agentenv.EnvExpectCompactRevision, &e.CompactRevision, -1},
+	} {
+		if *f.into, err = optionalInt(get, f.name, f.min); err != nil {
 			return cfg, err
 		}
 	}
@@ -203,14 +208,14 @@ func VerifyConfigFromEnv(get func(string) string) (VerifyConfig, error) {
 	return cfg, exactFile(cfg.Source)
 }
 
-func optionalInt(get func(string) string, name string) (int64, error) {
+func optionalInt(get func(string) string, name string, minimum int64) (int64, error) {
 	v := get(name)
 	if v == "" {
 		return 0, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, permanent(conditions.ReasonAgentMisconfigured, "%s=%q is not a non-negative number", name, v)
+	if err != nil || n < minimum {
+		return 0, permanent(conditions.ReasonAgentMisconfigured, "%s=%q is not a number of at least %d", name, v, minimum)
 	}
 	return n, nil
 }

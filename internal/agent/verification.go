@@ -68,7 +68,6 @@ func verifySnapshot(ctx context.Context, cfg VerifyConfig, log *slog.Logger) (re
 	if err != nil {
 		return report.Result{}, err
 	}
-	version := snapshotVersion(ctx, cfg.Etcdutl, file)
 	restore := RestoreConfig{DataDir: cfg.ScratchDir, Name: verifyMember, InitialCluster: verifyMember + "=" + verifyPeerURL,
 		Token: verifyMember, PeerURL: verifyPeerURL, Etcdutl: cfg.Etcdutl}
 	if err := runEtcdutl(ctx, restore, file); err != nil {
@@ -82,7 +81,7 @@ func verifySnapshot(ctx context.Context, cfg VerifyConfig, log *slog.Logger) (re
 	if err != nil {
 		return report.Result{}, err
 	}
-	res := report.Result{URI: uri, SizeBytes: src.size, EtcdVersion: version, Message: note,
+	res := report.Result{URI: uri, SizeBytes: src.size, Message: note,
 		Revision: found.Revision, KeyCount: &found.KeyCount, KVHash: found.KVHash, CompactRevision: found.CompactRevision}
 	if src.sha256 != "" {
 		res.Checksum = "sha256:" + src.sha256

@@ -162,7 +162,8 @@ func (r *Reconciler) verificationDone(p *pass, job *batchv1.Job, pods []corev1.P
 		return ctrl.Result{RequeueAfter: resultLag}
 	}
 	v := p.snap.Status.Verification
-	v.Checksum, v.Revision, v.EtcdVersion = res.Checksum, res.Revision, res.EtcdVersion
+	// The image the Job ran is the etcd release whose etcdutl restored it.
+	v.Checksum, v.Revision, v.EtcdVersion = res.Checksum, res.Revision, p.snap.Status.Artifact.EtcdVersion
 	if res.KeyCount != nil {
 		v.KeyCount = *res.KeyCount
 	}
@@ -170,7 +171,7 @@ func (r *Reconciler) verificationDone(p *pass, job *batchv1.Job, pods []corev1.P
 		v.KVHash = ptr.To(int64(*res.KVHash))
 	}
 	v.CompletionTime = &metav1.Time{Time: p.now}
-	msg := fmt.Sprintf("Restored %s with etcdutl %s: revision %d, %d keys", res.URI, res.EtcdVersion, res.Revision, v.KeyCount)
+	msg := fmt.Sprintf("Restored %s with etcdutl %s: revision %d, %d keys", res.URI, v.EtcdVersion, res.Revision, v.KeyCount)
 	if a := p.snap.Status.Artifact; a.Revision != 0 {
 		msg = fmt.Sprintf("%s; at revision %d the count and hash of the keys match what was recorded when the snapshot was taken", msg, a.Revision)
 	}
