@@ -52,9 +52,7 @@ func TestArtifactSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (tc.want.S3 != nil && (got.S3 == nil || *got.S3 != *tc.want.S3)) || (tc.want.PVC != nil && (got.PVC == nil || *got.PVC != *tc.want.PVC)) {
-				t.Errorf("source %+v %+v", got.S3, got.PVC)
-			}
+			sameSource(t, got, tc.want)
 		})
 	}
 	// The snapshot's own destination is left as it was.
@@ -107,21 +105,7 @@ func TestVerifyJob(t *testing.T) {
 				t.Errorf("container %s %s %v", c.Name, c.Image, c.Command)
 			}
 			checkEnv(t, c, tc.env, tc.noEnv, tc.fromKeys)
-			var vols []string
-			for _, v := range spec.Volumes {
-				vols = append(vols, v.Name)
-				if v.PersistentVolumeClaim != nil && !v.PersistentVolumeClaim.ReadOnly {
-					t.Errorf("the snapshot's claim is mounted writable")
-				}
-			}
-			if !slices.Equal(vols, tc.volumes) {
-				t.Errorf("volumes %v, want %v", vols, tc.volumes)
-			}
-			for _, m := range c.VolumeMounts {
-				if tc.mounts[m.Name] != m.MountPath {
-					t.Errorf("mount %s at %s", m.Name, m.MountPath)
-				}
-			}
+			checkVolumes(t, spec, c, tc.volumes, tc.mounts)
 			if len(spec.InitContainers) != 1 || spec.InitContainers[0].Image != "op:1" || !slices.Equal(spec.ImagePullSecrets, pull) {
 				t.Errorf("init containers %+v, pull secrets %v", spec.InitContainers, spec.ImagePullSecrets)
 			}
@@ -168,4 +152,35 @@ func mustSource(t *testing.T, s *v1alpha2.EtcdSnapshot) v1alpha2.SnapshotLocatio
 		t.Fatal(err)
 	}
 	return src
+}
+
+func sameSource(t *testing.T, got, want v1alpha2.SnapshotLocation) {
+	t.Helper()
+	if want.S3 != nil && (got.S3 == nil || *got.S3 != *want.S3) {
+		t.Errorf("source %+v, want %+v", got.S3, want.S3)
+	}
+	if want.PVC != nil && (got.PVC == nil || *got.PVC != *want.PVC) {
+		t.Errorf("source %+v, want %+v", got.PVC, want.PVC)
+	}
+}
+
+// checkVolumes checks a Pod's volumes (claims only read-only) and where
+// the container mounts them.
+func checkVolumes(t *testing.T, spec corev1.PodSpec, c corev1.Container, want []string, mounts map[string]string) {
+	t.Helper()
+	var vols []string
+	for _, v := range spec.Volumes {
+		vols = append(vols, v.Name)
+		if v.PersistentVolumeClaim != nil && !v.PersistentVolumeClaim.ReadOnly {
+			t.Errorf("claim %s is mounted writable", v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	if !slices.Equal(vols, want) {
+		t.Errorf("volumes %v, want %v", vols, want)
+	}
+	for _, m := range c.VolumeMounts {
+		if mounts[m.Name] != m.MountPath {
+			t.Errorf("mount %s at %s", m.Name, m.MountPath)
+		}
+	}
 }
