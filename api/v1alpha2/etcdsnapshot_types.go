@@ -25,6 +25,15 @@ type EtcdSnapshotSpec struct {
 	ClusterRef corev1.LocalObjectReference `json:"clusterRef"`
 	// Destination of the snapshot file.
 	Destination SnapshotLocation `json:"destination"`
+	// Verify proves the stored snapshot restorable: once it is stored, a
+	// Job fetches it back from the destination, checks its checksum,
+	// restores it with etcdutl of the etcd version it was taken from into
+	// scratch space, and compares the restored revision, key count and
+	// etcd's hash of the keys with what was recorded when it was taken.
+	// The result is the Verified condition. Off by default: it reads the
+	// whole snapshot back and needs scratch space of about twice its size.
+	// +optional
+	Verify bool `json:"verify,omitempty"`
 }
 
 // SnapshotArtifact describes a stored snapshot.
@@ -41,6 +50,49 @@ type SnapshotArtifact struct {
 	// from. A snapshot restores into that minor or a newer one.
 	// +optional
 	EtcdVersion string `json:"etcdVersion,omitempty"`
+	// Revision is etcd's revision read just before the snapshot was taken:
+	// the snapshot holds it or a later one. KeyCount and KVHash are at it.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// KeyCount is how many keys the cluster held at revision.
+	// +optional
+	KeyCount *int64 `json:"keyCount,omitempty"`
+	// KVHash is etcd's hash of its keys at revision (what etcdctl endpoint
+	// hashkv prints), taken over the history kept since compactRevision.
+	// +optional
+	KVHash *int64 `json:"kvHash,omitempty"`
+	// CompactRevision is the revision the cluster had compacted to when
+	// KVHash was taken.
+	// +optional
+	CompactRevision int64 `json:"compactRevision,omitempty"`
+}
+
+// SnapshotVerification is what the verification of a stored snapshot
+// found, read from the restored data.
+type SnapshotVerification struct {
+	// Checksum is the sha256:<hex> of the file read back.
+	// +optional
+	Checksum string `json:"checksum,omitempty"`
+	// Revision is the revision of the restored data.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// KeyCount is how many keys the restored data holds at the artifact's
+	// recorded revision (at its own revision when none was recorded).
+	// +optional
+	KeyCount int64 `json:"keyCount,omitempty"`
+	// KVHash is etcd's hash of the restored keys at the same revision;
+	// unset when it could not be compared (see Verified's message).
+	// +optional
+	KVHash *int64 `json:"kvHash,omitempty"`
+	// EtcdVersion is the etcd release whose etcdutl restored the snapshot.
+	// +optional
+	EtcdVersion string `json:"etcdVersion,omitempty"`
+	// StartTime is when the verification Job was created.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the verification passed or failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 }
 
 // RetentionResult is what retention deleted after a scheduled snapshot.
@@ -75,7 +127,11 @@ type EtcdSnapshotStatus struct {
 	// was stored (scheduled snapshots only).
 	// +optional
 	Retention *RetentionResult `json:"retention,omitempty"`
-	// Conditions: Ready.
+	// Verification is what the verification found (spec.verify only).
+	// +optional
+	Verification *SnapshotVerification `json:"verification,omitempty"`
+	// Conditions: Ready, and Verified (spec.verify only: Unknown while the
+	// verification runs, then True or False for good).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -88,6 +144,7 @@ type EtcdSnapshotStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Verified",type=string,JSONPath=`.status.conditions[?(@.type=="Verified")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type EtcdSnapshot struct {
 	metav1.TypeMeta   `json:",inline"`

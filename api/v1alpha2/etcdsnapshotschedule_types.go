@@ -7,6 +7,8 @@ import (
 
 // EtcdSnapshotScheduleSpec asks for snapshots of a cluster on a cron schedule,
 // and for the old ones to be deleted.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.verifyEvery) || (has(self.snapshotTemplate.spec.verify) && self.snapshotTemplate.spec.verify)",message="verifyEvery needs snapshotTemplate.spec.verify: true (it says which of the snapshots are verified)"
 type EtcdSnapshotScheduleSpec struct {
 	// Schedule in cron format: five fields (minute, hour, day of month, month,
 	// day of week), or one of @yearly, @annually, @monthly, @weekly, @daily,
@@ -38,6 +40,15 @@ type EtcdSnapshotScheduleSpec struct {
 	// SnapshotTemplate is what every snapshot is made from. Its destination's
 	// S3 key or PVC subPath is the prefix or directory the snapshots go into.
 	SnapshotTemplate EtcdSnapshotTemplate `json:"snapshotTemplate"`
+
+	// VerifyEvery verifies every Nth snapshot the schedule makes (the first
+	// one, then every Nth after it) when snapshotTemplate.spec.verify is
+	// true; 1, the default, verifies every one. A verification reads the
+	// whole snapshot back: on a frequent schedule of a large cluster, a
+	// larger N keeps the cost down.
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="verifyEvery must be 1 (verify every snapshot) or more (verify every Nth)"
+	// +optional
+	VerifyEvery *int32 `json:"verifyEvery,omitempty"`
 
 	// SuccessfulSnapshotsHistoryLimit is how many Complete EtcdSnapshot
 	// objects are kept. Deleting an EtcdSnapshot object never deletes its
@@ -113,6 +124,10 @@ type EtcdSnapshotScheduleStatus struct {
 	// LastSnapshot names the latest snapshot made.
 	// +optional
 	LastSnapshot string `json:"lastSnapshot,omitempty"`
+	// SnapshotsMade counts the snapshots the schedule made; verifyEvery
+	// picks the snapshots to verify by it.
+	// +optional
+	SnapshotsMade int64 `json:"snapshotsMade,omitempty"`
 	// Conditions: Ready (the schedule is valid and runs), and
 	// RetentionApplied (the last pruning of stored snapshots worked).
 	// +listType=map

@@ -19,13 +19,16 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	schedulecontroller "github.com/seed74754924/etcd-operator/internal/controller/schedule"
 	snapshotcontroller "github.com/seed74754924/etcd-operator/internal/controller/snapshot"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
 // Agent subcommands: the operator's image (or binary) runs them in the
-// snapshot Job and in a restored seed's init containers.
+// snapshot Job, in a restored seed's init containers and (copied into the
+// etcd image) in a snapshot's verification Job.
 const (
 	cmdSnapshotAgent = "snapshot-agent"
 	cmdRestoreAgent  = "restore-agent"
+	cmdVerifyAgent   = "verify-agent"
 	cmdInstallTools  = "install-tools"
 )
 
@@ -43,7 +46,10 @@ func runAgent(args []string) (code int, ok bool) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	agent.Version = version
-	if os.Getenv("GOMEMLIMIT") == "" {
+	// The verification agent holds etcd's index of every key while it
+	// counts and hashes them: its memory follows the key count, and its
+	// Job's limit is set for that.
+	if os.Getenv("GOMEMLIMIT") == "" && args[0] != cmdVerifyAgent {
 		// An agent's live memory is a few buffers (two multipart parts at
 		// most): collect garbage before the heap grows far past them,
 		// rather than at twice the peak as by default.
@@ -63,6 +69,12 @@ func runAgent(args []string) (code int, ok bool) {
 			return finish(failed(err)), true
 		}
 		return finish(agent.Restore(ctx, cfg, log)), true
+	case cmdVerifyAgent:
+		cfg, err := agent.VerifyConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err)), true
+		}
+		return finish(agent.VerifySnapshot(ctx, cfg, log)), true
 	case cmdInstallTools:
 		if err := agent.InstallTools(os.Getenv(agentenv.EnvToolsDir)); err != nil {
 			log.Error("Could not install the agent", "error", err)
@@ -98,10 +110,10 @@ func finisher(log *slog.Logger) func(report.Result, int) int {
 
 // setupSnapshots registers the EtcdSnapshot and EtcdSnapshotSchedule
 // controllers.
-func setupSnapshots(mgr ctrl.Manager, opts options, reader client.Reader) error {
+func setupSnapshots(mgr ctrl.Manager, opts options, reader client.Reader, m *metrics.Metrics) error {
 	sr := &snapshotcontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader, Recorder: mgr.GetEventRecorder("etcd-operator"),
-		OperatorImage: opts.operatorImage,
+		OperatorImage: opts.operatorImage, EtcdRepository: opts.etcdRepository, Metrics: m,
 	}
 	if err := sr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdSnapshot controller: %w", err)

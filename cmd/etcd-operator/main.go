@@ -172,7 +172,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)
 	}
-	if err := setupSnapshots(mgr, opts, reader); err != nil {
+	if err := setupSnapshots(mgr, opts, reader, m); err != nil {
 		return err
 	}
 	dr := &defragcontroller.Reconciler{

@@ -135,11 +135,99 @@ func RestoreConfigFromEnv(get func(string) string) (RestoreConfig, error) {
 	if cfg.Source, err = locationFromEnv(get); err != nil {
 		return cfg, err
 	}
-	switch {
-	case cfg.Source.Kind == agentenv.DestinationS3 && cfg.Source.S3.Key == "":
-		return cfg, permanent(conditions.ReasonAgentMisconfigured, "%s must name the snapshot object", agentenv.EnvS3Key)
-	case cfg.Source.Kind == agentenv.DestinationPVC && cfg.Source.SubPath == "":
-		return cfg, permanent(conditions.ReasonAgentMisconfigured, "%s must name the snapshot file", agentenv.EnvPVCSubPath)
+	return cfg, exactFile(cfg.Source)
+}
+
+// VerifyConfig is everything the verification agent is told: the stored
+// snapshot, and what was recorded when it was taken.
+type VerifyConfig struct {
+	// Source is the exact snapshot file, as for a restore.
+	Source Location
+	// ScratchDir holds the downloaded copy and the restored data; it is
+	// emptied before and after.
+	ScratchDir string
+	Etcdutl    string
+	Expect     Expected
+	Timeout    time.Duration
+}
+
+// Expected is what the snapshot agent recorded; zero values and nil
+// pointers are unknown and not compared.
+type Expected struct {
+	Checksum        string // sha256:<hex>
+	SizeBytes       int64
+	Revision        int64
+	KeyCount        *int64
+	KVHash          *uint32
+	CompactRevision int64
+}
+
+// VerifyConfigFromEnv reads the verification agent's settings.
+func VerifyConfigFromEnv(get func(string) string) (VerifyConfig, error) {
+	cfg := VerifyConfig{ScratchDir: get(agentenv.EnvScratchDir), Etcdutl: get(agentenv.EnvEtcdutl), Timeout: 30 * time.Minute}
+	if cfg.Etcdutl == "" {
+		cfg.Etcdutl = agentenv.DefaultEtcdutlPath
 	}
-	return cfg, nil
+	if cfg.ScratchDir == "" {
+		return cfg, permanent(conditions.ReasonAgentMisconfigured, "%s must be set", agentenv.EnvScratchDir)
+	}
+	e := &cfg.Expect
+	e.Checksum = get(agentenv.EnvExpectChecksum)
+	var err error
+	for _, f := range []struct {
+		name string
+		into *int64
+		min  int64
+	}{
+		{agentenv.EnvExpectSize, &e.SizeBytes, 0}, {agentenv.EnvExpectRevision, &e.Revision, 0},
+		// etcd says -1 for a store never compacted.
+		{agentenv.EnvExpectCompactRevision, &e.CompactRevision, -1},
+	} {
+		if *f.into, err = optionalInt(get, f.name, f.min); err != nil {
+			return cfg, err
+		}
+	}
+	if v := get(agentenv.EnvExpectKeyCount); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return cfg, permanent(conditions.ReasonAgentMisconfigured, "%s=%q is not a count", agentenv.EnvExpectKeyCount, v)
+		}
+		e.KeyCount = &n
+	}
+	if v := get(agentenv.EnvExpectKVHash); v != "" {
+		h, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return cfg, permanent(conditions.ReasonAgentMisconfigured, "%s=%q is not a 32-bit hash", agentenv.EnvExpectKVHash, v)
+		}
+		h32 := uint32(h)
+		e.KVHash = &h32
+	}
+	if cfg.Source, err = locationFromEnv(get); err != nil {
+		return cfg, err
+	}
+	return cfg, exactFile(cfg.Source)
+}
+
+func optionalInt(get func(string) string, name string, minimum int64) (int64, error) {
+	v := get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < minimum {
+		return 0, permanent(conditions.ReasonAgentMisconfigured, "%s=%q is not a number of at least %d", name, v, minimum)
+	}
+	return n, nil
+}
+
+// exactFile fails unless a location names one snapshot file, as the restore
+// and the verification read.
+func exactFile(l Location) error {
+	switch {
+	case l.Kind == agentenv.DestinationS3 && l.S3.Key == "":
+		return permanent(conditions.ReasonAgentMisconfigured, "%s must name the snapshot object", agentenv.EnvS3Key)
+	case l.Kind == agentenv.DestinationPVC && l.SubPath == "":
+		return permanent(conditions.ReasonAgentMisconfigured, "%s must name the snapshot file", agentenv.EnvPVCSubPath)
+	}
+	return nil
 }

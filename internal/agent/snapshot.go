@@ -11,6 +11,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 	"github.com/seed74754924/etcd-operator/internal/agent/report"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -81,6 +84,7 @@ func takeSnapshot(ctx context.Context, cfg SnapshotConfig, st store, log *slog.L
 	if err != nil {
 		return report.Result{}, err
 	}
+	keys := recordKeys(ctx, c, log)
 	sctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	resp, err := c.SnapshotWithVersion(sctx)
 	if err != nil {
@@ -105,7 +109,11 @@ func takeSnapshot(ctx context.Context, cfg SnapshotConfig, st store, log *slog.L
 	m := &manifest{
 		Kind: manifestKind, Snapshot: objectRef{Namespace: cfg.Namespace, Name: cfg.Name, UID: cfg.UID},
 		Cluster: cfg.Cluster, File: file, Size: counted.n, SHA256: sum, Version: version,
-		Revision: resp.Header.GetRevision(), Created: time.Now().UTC(), Agent: manifestTool{Version: Version},
+		Revision: keys.Revision, KeyCount: keys.KeyCount, KVHash: keys.KVHash, CompactRevision: keys.CompactRevision,
+		Created: time.Now().UTC(), Agent: manifestTool{Version: Version},
+	}
+	if m.Revision == 0 {
+		m.Revision = resp.Header.GetRevision()
 	}
 	if cfg.ScheduleUID != "" {
 		m.Schedule = &objectRef{Namespace: cfg.Namespace, Name: cfg.ScheduleName, UID: cfg.ScheduleUID}
@@ -117,7 +125,42 @@ func takeSnapshot(ctx context.Context, cfg SnapshotConfig, st store, log *slog.L
 	log.Info("Snapshot stored", "uri", st.URI(file), "bytes", counted.n, "sha256", sum, "seconds", took.Seconds(),
 		"MBps", float64(counted.n)/1e6/max(took.Seconds(), 1e-3))
 	return report.Result{URI: st.URI(file), SizeBytes: counted.n, Checksum: "sha256:" + sum,
-		EtcdVersion: version, Revision: m.Revision}, nil
+		EtcdVersion: version, Revision: m.Revision, KeyCount: keys.KeyCount, KVHash: keys.KVHash, CompactRevision: keys.CompactRevision}, nil
+}
+
+// keyRecord is what a verification compares the restored data with.
+type keyRecord struct {
+	Revision        int64
+	KeyCount        *int64
+	KVHash          *uint32
+	CompactRevision int64
+}
+
+// recordKeys reads, just before the snapshot, the revision, how many keys
+// there are at it and etcd's hash of them. The snapshot holds that revision
+// or a later one, so a restore of it must show the same count and hash at
+// that revision. A serializable read, over the snapshot's own connection:
+// it is the same member's own state, which the member can hash and which
+// its snapshot, taken after, contains. Any
+// failure leaves what it could not read unknown: the snapshot is still
+// worth storing, its verification then compares less.
+func recordKeys(ctx context.Context, c *clientv3.Client, log *slog.Logger) keyRecord {
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	var rec keyRecord
+	resp, err := c.Get(ctx, "", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	if err != nil {
+		log.Warn("Could not count the keys: the snapshot is stored without the count and hash a verification compares", "error", err)
+		return rec
+	}
+	rec.Revision, rec.KeyCount = resp.Header.GetRevision(), &resp.Count
+	h, err := etcdserverpb.NewMaintenanceClient(c.ActiveConnection()).HashKV(ctx, &etcdserverpb.HashKVRequest{Revision: rec.Revision})
+	if err != nil {
+		log.Warn("Could not hash the keys: the snapshot is stored without the hash a verification compares", "error", err)
+		return rec
+	}
+	rec.KVHash, rec.CompactRevision = &h.Hash, h.CompactRevision
+	return rec
 }
 
 // refuseOverwrite fails when the file exists and another snapshot (or

@@ -53,17 +53,22 @@ const manifestSuffix = ".json"
 // what it holds and how to check it. It marks the file as the operator's:
 // nothing without a matching manifest is ever overwritten or deleted.
 type manifest struct {
-	Kind     string       `json:"kind"`
-	Snapshot objectRef    `json:"snapshot"`
-	Schedule *objectRef   `json:"schedule,omitempty"`
-	Cluster  string       `json:"cluster,omitempty"`
-	File     string       `json:"file"`
-	Size     int64        `json:"sizeBytes"`
-	SHA256   string       `json:"sha256"`
-	Version  string       `json:"etcdVersion,omitempty"`
-	Revision int64        `json:"revision,omitempty"`
-	Created  time.Time    `json:"createdAt"`
-	Agent    manifestTool `json:"agent"`
+	Kind     string     `json:"kind"`
+	Snapshot objectRef  `json:"snapshot"`
+	Schedule *objectRef `json:"schedule,omitempty"`
+	Cluster  string     `json:"cluster,omitempty"`
+	File     string     `json:"file"`
+	Size     int64      `json:"sizeBytes"`
+	SHA256   string     `json:"sha256"`
+	Version  string     `json:"etcdVersion,omitempty"`
+	Revision int64      `json:"revision,omitempty"`
+	// KeyCount, KVHash and CompactRevision are etcd's count and hash of the
+	// keys at Revision: what a verification of the snapshot compares.
+	KeyCount        *int64       `json:"keyCount,omitempty"`
+	KVHash          *uint32      `json:"kvHash,omitempty"`
+	CompactRevision int64        `json:"compactRevision,omitempty"`
+	Created         time.Time    `json:"createdAt"`
+	Agent           manifestTool `json:"agent"`
 }
 
 type objectRef struct {

@@ -92,3 +92,26 @@ const (
 	ReasonRetentionDone   = "Pruned"
 	ReasonMissedSchedule  = "MissedSchedule"
 )
+
+// EtcdSnapshot's Verified condition (spec.verify only) and its reasons.
+// The agent reports ArtifactMissing, Mismatch and RestoreFailed itself;
+// anything else that stops a verification is VerificationFailed, with the
+// cause in the message.
+const (
+	Verified = "Verified"
+
+	// ReasonVerificationRunning (Unknown): the verification Job runs.
+	ReasonVerificationRunning = "VerificationRunning"
+	// ReasonVerificationPassed (True): the snapshot was read back intact,
+	// restored, and holds what was recorded when it was taken.
+	ReasonVerificationPassed = "VerificationPassed"
+	// ReasonArtifactMissing: the stored snapshot is gone from its location.
+	ReasonArtifactMissing = "ArtifactMissing"
+	// ReasonMismatch: the file read back, or the data restored from it,
+	// differs from what was recorded (checksum, size, etcd's own integrity
+	// hash, revision, key count or hash of the keys).
+	ReasonMismatch = "Mismatch"
+	// ReasonVerificationFailed: the verification could not be carried out
+	// (the store did not answer, the Job failed or was deleted).
+	ReasonVerificationFailed = "VerificationFailed"
+)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
-	"github.com/seed74754924/etcd-operator/internal/agent/report"
 )
 
 // Snapshot Jobs and agents.
@@ -96,23 +95,14 @@ func SnapshotJob(s *v1alpha2.EtcdSnapshot, c *v1alpha2.EtcdCluster, schedule *v1
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](snapshotRetries),
 			ActiveDeadlineSeconds: ptr.To[int64](snapshotDeadline),
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					ContainerName: ptr.To(SnapshotAgentContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn,
-					Values: []int32{report.ExitPermanent},
-				}},
-				// A Pod evicted or preempted did not fail: run it again.
-				{Action: batchv1.PodFailurePolicyActionIgnore, OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
-					{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
-				}},
-			}},
+			PodFailurePolicy:      agentFailurePolicy(SnapshotAgentContainer),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					RestartPolicy:                corev1.RestartPolicyNever,
 					AutomountServiceAccountToken: ptr.To(false),
 					EnableServiceLinks:           ptr.To(false),
-					ImagePullSecrets:             observedPullSecrets(c),
+					ImagePullSecrets:             ObservedPullSecrets(c),
 					SecurityContext:              agentPodSecurity(),
 					Containers: []corev1.Container{{
 						Name:            SnapshotAgentContainer,
@@ -138,7 +128,9 @@ func SnapshotJob(s *v1alpha2.EtcdSnapshot, c *v1alpha2.EtcdCluster, schedule *v1
 	}
 }
 
-func observedPullSecrets(c *v1alpha2.EtcdCluster) []corev1.LocalObjectReference {
+// ObservedPullSecrets are the image pull secrets the cluster's members run
+// with.
+func ObservedPullSecrets(c *v1alpha2.EtcdCluster) []corev1.LocalObjectReference {
 	if c.Status.Observed != nil {
 		return c.Status.Observed.ImagePullSecrets
 	}

@@ -1,6 +1,7 @@
 // Package metrics holds the operator's Prometheus metrics per cluster: desired
 // and ready members, voters, learners, whether etcd has a leader, membership
-// operations by kind and result, and reconcile errors.
+// operations by kind and result, reconcile errors, and snapshot
+// verifications.
 package metrics
 
 import (
@@ -16,6 +17,8 @@ import (
 type Metrics struct {
 	desired, ready, voters, learners, leader *prometheus.GaugeVec
 	operations, reconcileErrors              *prometheus.CounterVec
+	verifications                            *prometheus.CounterVec
+	lastVerification                         *prometheus.GaugeVec
 	// Requests counts the controllers' own API requests.
 	Requests *Requests
 }
@@ -40,8 +43,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		reconcileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "etcd_operator", Name: "cluster_reconcile_errors_total", Help: "Reconcile passes of a cluster that ended in an error.",
 		}, clusterLabels),
+		verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "etcd_operator", Name: "snapshot_verifications_total",
+			Help: "Finished snapshot verifications by result: passed, or the Verified condition's reason (ArtifactMissing, Mismatch, RestoreFailed, VerificationFailed).",
+		}, append(clusterLabels, "result")),
+		lastVerification: gauge("snapshot_last_verification_passed", "1 when the cluster's latest finished snapshot verification passed, 0 when it failed."),
 	}
-	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors)
+	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors, m.verifications, m.lastVerification)
 	m.Requests = NewRequests(reg)
 	return m
 }
@@ -95,6 +103,23 @@ func (m *Metrics) MembershipOp(c *v1alpha2.EtcdCluster, op string, err error) {
 	m.operations.WithLabelValues(c.Namespace, c.Name, op, result).Inc()
 }
 
+// SnapshotVerified records a finished verification of a snapshot of the
+// cluster; result is "passed" or the reason it failed.
+func (m *Metrics) SnapshotVerified(namespace, cluster, result string) {
+	if m == nil {
+		return
+	}
+	m.verifications.WithLabelValues(namespace, cluster, result).Inc()
+	passed := 0.0
+	if result == VerificationPassed {
+		passed = 1
+	}
+	m.lastVerification.WithLabelValues(namespace, cluster).Set(passed)
+}
+
+// VerificationPassed is the result label of a verification that passed.
+const VerificationPassed = "passed"
+
 // ReconcileError counts a failed pass.
 func (m *Metrics) ReconcileError(namespace, name string) {
 	if m == nil {
@@ -109,9 +134,10 @@ func (m *Metrics) Forget(namespace, name string) {
 		return
 	}
 	l := prometheus.Labels{"namespace": namespace, "cluster": name}
-	for _, g := range []*prometheus.GaugeVec{m.desired, m.ready, m.voters, m.learners, m.leader} {
+	for _, g := range []*prometheus.GaugeVec{m.desired, m.ready, m.voters, m.learners, m.leader, m.lastVerification} {
 		g.Delete(l)
 	}
 	m.operations.DeletePartialMatch(l)
+	m.verifications.DeletePartialMatch(l)
 	m.reconcileErrors.Delete(l)
 }

@@ -160,6 +160,9 @@ var celCases = []celCase{
 	{name: "snapshot pvc claim is immutable", kind: snapshot, spec: snapPVC, update: strings.Replace(snapPVC, "backups", "elsewhere", 1), reject: "spec is immutable; create a new EtcdSnapshot instead"},
 	{name: "snapshot spec unchanged on update", kind: snapshot, spec: snapPVC, update: snapPVC},
 	{name: "schedule template stays editable", kind: schedule, spec: schedMin, update: strings.Replace(schedMin, "backups", "elsewhere", 1)},
+	// Verification is asked for at creation, like the rest of the spec.
+	{name: "snapshot verify", kind: snapshot, spec: snapPVC + "\nverify: true"},
+	{name: "snapshot verify is immutable", kind: snapshot, spec: snapPVC, update: snapPVC + "\nverify: true", reject: "spec is immutable; create a new EtcdSnapshot instead"},
 
 	// EtcdSnapshotSchedule: a cron schedule, a time zone apart, retention.
 	{name: "schedule minimal", kind: schedule, spec: schedMin},
@@ -183,6 +186,9 @@ var celCases = []celCase{
 	{name: "schedule deadline negative", kind: schedule, spec: schedMin + "\nstartingDeadlineSeconds: -1", reject: "spec.startingDeadlineSeconds in body should be greater than or equal to 0"},
 	{name: "schedule template to s3 and pvc", kind: schedule, spec: "schedule: '@hourly'\nsnapshotTemplate: {spec: {clusterRef: {name: c}, destination: {pvc: {claimName: p}, s3: {endpoint: e, bucket: b, credentialsSecretRef: {name: c}}}}}", reject: "set exactly one of s3 or pvc"},
 	{name: "schedule needs a template", kind: schedule, spec: "schedule: '@hourly'", reject: "spec.snapshotTemplate: Required value"},
+	{name: "schedule verifies every 7th", kind: schedule, spec: strings.Replace(schedMin, "clusterRef: {name: c},", "clusterRef: {name: c}, verify: true,", 1) + "\nverifyEvery: 7"},
+	{name: "schedule verifyEvery zero", kind: schedule, spec: strings.Replace(schedMin, "clusterRef: {name: c},", "clusterRef: {name: c}, verify: true,", 1) + "\nverifyEvery: 0", reject: "verifyEvery must be 1 (verify every snapshot) or more (verify every Nth)"},
+	{name: "schedule verifyEvery without verify", kind: schedule, spec: schedMin + "\nverifyEvery: 2", reject: "verifyEvery needs snapshotTemplate.spec.verify: true"},
 
 	// EtcdDefrag: the rule set.
 	{name: "defrag default gate", kind: defrag, spec: "clusterRef: {name: c}"},

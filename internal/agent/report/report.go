@@ -39,8 +39,14 @@ type Result struct {
 	SizeBytes   int64  `json:"sizeBytes,omitempty"`
 	Checksum    string `json:"checksum,omitempty"`
 	EtcdVersion string `json:"etcdVersion,omitempty"`
-	// Revision is etcd's revision at the snapshot.
-	Revision int64 `json:"revision,omitempty"`
+	// Revision is etcd's revision just before the snapshot (for a
+	// verification: of the restored data); KeyCount and KVHash are etcd's
+	// count and hash of the keys at the revision recorded with the
+	// snapshot, CompactRevision the compaction KVHash was taken after.
+	Revision        int64   `json:"revision,omitempty"`
+	KeyCount        *int64  `json:"keyCount,omitempty"`
+	KVHash          *uint32 `json:"kvHash,omitempty"`
+	CompactRevision int64   `json:"compactRevision,omitempty"`
 
 	// Pruned are the stored snapshots retention deleted (the newest ones
 	// when the list does not fit), PrunedCount how many in all.

@@ -115,8 +115,21 @@ func slotOf(s *v1alpha2.EtcdSnapshot) time.Time {
 	return s.CreationTimestamp.Time
 }
 
+// finished: Failed, or Complete and, when it asked for verification,
+// verified. A snapshot being verified still runs: the next slot waits for
+// it (so the next snapshot's retention cannot delete the file being read
+// back) and the history limits do not delete it (nor its Job with it).
 func finished(s *v1alpha2.EtcdSnapshot) bool {
-	return s.Status.Phase == v1alpha2.SnapshotComplete || s.Status.Phase == v1alpha2.SnapshotFailed
+	return s.Status.Phase == v1alpha2.SnapshotFailed || (s.Status.Phase == v1alpha2.SnapshotComplete && !verifying(s))
+}
+
+// verifying: Complete, asked for verification, and not verified yet.
+func verifying(s *v1alpha2.EtcdSnapshot) bool {
+	if s.Status.Phase != v1alpha2.SnapshotComplete || !s.Spec.Verify {
+		return false
+	}
+	c := conditions.Get(s.Status.Conditions, conditions.Verified)
+	return c == nil || c.Status == metav1.ConditionUnknown
 }
 
 // observe reports the running snapshots and the latest success.

@@ -116,6 +116,21 @@ func (f *fixture) finishAll(phase v1alpha2.SnapshotPhase) {
 	}
 }
 
+// verifyAll ends the verification of every snapshot that asked for one.
+func (f *fixture) verifyAll() {
+	f.t.Helper()
+	for _, s := range f.snapshots() {
+		if !s.Spec.Verify || conditions.Get(s.Status.Conditions, conditions.Verified) != nil {
+			continue
+		}
+		s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: conditions.Verified, Status: metav1.ConditionTrue,
+			Reason: conditions.ReasonVerificationPassed, Message: "verified", LastTransitionTime: metav1.NewTime(f.clock.Now())})
+		if err := f.c.Status().Update(context.Background(), &s); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
 func names(ss []v1alpha2.EtcdSnapshot) []string {
 	var out []string
 	for _, s := range ss {
@@ -282,5 +297,70 @@ func TestHistoryLimits(t *testing.T) {
 	}
 	if st.LastSuccessfulTime == nil || !st.LastSuccessfulTime.Time.Equal(at("2026-12-01T10:07:00Z")) {
 		t.Errorf("last success %v", st.LastSuccessfulTime)
+	}
+}
+
+// verifyEvery picks the first snapshot and every Nth after it.
+func TestVerifyEveryNthSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		verify bool
+		every  *int32
+		want   []bool
+	}{
+		{"not asked", false, nil, []bool{false, false, false, false}},
+		{"every one", true, nil, []bool{true, true, true, true}},
+		{"every third", true, ptr.To[int32](3), []bool{true, false, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, schedule(func(s *v1alpha2.EtcdSnapshotSchedule) {
+				s.Spec.SnapshotTemplate.Spec.Verify = tc.verify
+				s.Spec.VerifyEvery = tc.every
+			}))
+			var got []bool
+			for minute := 1; minute <= len(tc.want); minute++ {
+				slot := created.Truncate(time.Minute).Add(time.Duration(minute) * time.Minute)
+				f.reconcileAt(slot.Add(time.Second).Format(time.RFC3339))
+				f.reconcileAt(slot.Add(2 * time.Second).Format(time.RFC3339))
+				s := &v1alpha2.EtcdSnapshot{}
+				if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: SnapshotName("nightly", slot)}, s); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, s.Spec.Verify)
+				f.finishAll(v1alpha2.SnapshotComplete)
+				f.verifyAll()
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("verified %v, want %v", got, tc.want)
+			}
+			if n := f.schedule().Status.SnapshotsMade; n != int64(len(tc.want)) {
+				t.Errorf("snapshotsMade %d, want %d", n, len(tc.want))
+			}
+		})
+	}
+}
+
+// A snapshot being verified still runs: the next slot waits for it, and the
+// history limit does not delete it; once verified it is finished.
+func TestVerificationHoldsTheNextSlot(t *testing.T) {
+	f := newFixture(t, schedule(func(s *v1alpha2.EtcdSnapshotSchedule) {
+		s.Spec.SnapshotTemplate.Spec.Verify = true
+		s.Spec.SuccessfulSnapshotsHistoryLimit = ptr.To[int32](0)
+	}))
+	f.reconcileAt("2026-12-01T10:01:01Z")
+	f.finishAll(v1alpha2.SnapshotComplete)
+	f.reconcileAt("2026-12-01T10:02:05Z")
+	if got := names(f.snapshots()); len(got) != 1 {
+		t.Fatalf("snapshots %v while the first is verified", got)
+	}
+	if st := f.schedule().Status; len(st.Active) != 1 {
+		t.Errorf("active %v", st.Active)
+	}
+	f.verifyAll()
+	f.reconcileAt("2026-12-01T10:02:30Z")
+	got := names(f.snapshots())
+	want := SnapshotName("nightly", at("2026-12-01T10:02:00Z"))
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("snapshots %v, want only %s (the verified one trimmed by the limit of 0, the held slot made)", got, want)
 	}
 }

@@ -24,7 +24,8 @@ const (
 // expired picks the finished snapshots to delete: Complete ones beyond the
 // successful history limit or outside the retention (whose stored files the
 // agent deletes), and Failed ones beyond the failed history limit. The
-// newest Complete one is kept whatever its age, as its stored file is.
+// newest Complete one is kept whatever its age, as its stored file is, and
+// so is one whose verification runs.
 func expired(p *pass) []v1alpha2.EtcdSnapshot {
 	spec := p.sched.Spec
 	okLimit := int(ptr.Deref(spec.SuccessfulSnapshotsHistoryLimit, defaultSuccessfulLimit))
@@ -38,10 +39,12 @@ func expired(p *pass) []v1alpha2.EtcdSnapshot {
 	}
 	var complete, failed []v1alpha2.EtcdSnapshot
 	for _, s := range p.children {
-		switch s.Status.Phase {
-		case v1alpha2.SnapshotComplete:
+		switch {
+		case verifying(&s):
+			// Kept until its verification ends; counted after.
+		case s.Status.Phase == v1alpha2.SnapshotComplete:
 			complete = append(complete, s)
-		case v1alpha2.SnapshotFailed:
+		case s.Status.Phase == v1alpha2.SnapshotFailed:
 			failed = append(failed, s)
 		}
 	}

@@ -93,6 +93,7 @@ func (r *Reconciler) create(ctx context.Context, p *pass, slot time.Time) error 
 		},
 		Spec: *tmpl.Spec.DeepCopy(),
 	}
+	s.Spec.Verify = verifyThisOne(sched)
 	err := r.Client.Create(ctx, s)
 	if err := ignoreExists(err); err != nil {
 		return fmt.Errorf("creating snapshot %s: %w", s.Name, err)
@@ -103,8 +104,25 @@ func (r *Reconciler) create(ctx context.Context, p *pass, slot time.Time) error 
 	}
 	sched.Status.LastScheduleTime = &metav1.Time{Time: slot}
 	sched.Status.LastSnapshot = s.Name
+	// Counted with the slot in one status write: a snapshot made again
+	// after a lost write (AlreadyExists) is counted once, and was given
+	// the same verify as the first time.
+	sched.Status.SnapshotsMade++
 	sched.Status.Active = append(sched.Status.Active, corev1Ref(s.Name))
 	return nil
+}
+
+// verifyThisOne says whether the next snapshot is verified: the template
+// asks for verification, and it is the first or an Nth after it.
+func verifyThisOne(sched *v1alpha2.EtcdSnapshotSchedule) bool {
+	if !sched.Spec.SnapshotTemplate.Spec.Verify {
+		return false
+	}
+	every := int64(1)
+	if n := sched.Spec.VerifyEvery; n != nil && *n > 1 {
+		every = int64(*n)
+	}
+	return sched.Status.SnapshotsMade%every == 0
 }
 
 func corev1Ref(name string) corev1.LocalObjectReference {

@@ -2,7 +2,9 @@
 // snapshot, whose agent streams etcd's snapshot to S3 or a volume, and
 // records the agent's result (read from its container's termination
 // message) in the snapshot's status. Phases go Pending → Started →
-// Complete or Failed; the last two are final.
+// Complete or Failed; the last two are final. A Complete snapshot that asks
+// for verification then gets one more Job, which restores it into scratch
+// space and compares; its Verified condition says how that went.
 package snapshot
 
 import (
@@ -23,6 +25,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
 // Timers. Each waits for something no watch reports.
@@ -47,6 +50,11 @@ type Reconciler struct {
 	Clock     clock.PassiveClock
 	// OperatorImage runs the snapshot agent.
 	OperatorImage string
+	// EtcdRepository is the etcd image repository, whose etcdutl the
+	// verification restores with.
+	EtcdRepository string
+	// Metrics counts verifications; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdsnapshots,verbs=get;list;watch
@@ -93,6 +101,9 @@ type pass struct {
 	snap     *v1alpha2.EtcdSnapshot
 	original *v1alpha2.EtcdSnapshot
 	now      time.Time
+	// verdict is the result of a verification that finished in this
+	// pass, counted once its status is written.
+	verdict string
 }
 
 // Reconcile moves a snapshot one phase on, and writes its status once.
@@ -110,13 +121,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	switch s.Status.Phase {
 	case v1alpha2.SnapshotComplete:
 		err = r.removeFinishedJob(ctx, s)
+		if err == nil && s.Spec.Verify {
+			res, err = r.verify(ctx, p)
+		}
 	case v1alpha2.SnapshotFailed:
 		// Final: the Job stays for its logs, until the snapshot goes.
 	default:
 		res, err = r.advance(ctx, p)
 	}
-	if werr := r.writeStatus(ctx, p); werr != nil && err == nil {
+	werr := r.writeStatus(ctx, p)
+	if werr != nil && err == nil {
 		err = werr
+	}
+	if werr == nil && p.verdict != "" {
+		r.Metrics.SnapshotVerified(s.Namespace, s.Spec.ClusterRef.Name, p.verdict)
 	}
 	return res, err
 }

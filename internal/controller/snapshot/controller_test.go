@@ -91,7 +91,12 @@ func (f *fixture) expect(phase v1alpha2.SnapshotPhase, reason, text string) *v1a
 // finish marks the Job done with one Pod that left msg.
 func (f *fixture) finish(ok bool, msg string) {
 	f.t.Helper()
-	job := f.job()
+	f.finishJob(f.job(), manifest.SnapshotAgentContainer, ok, msg)
+}
+
+// finishJob marks a Job done with one Pod whose container left msg.
+func (f *fixture) finishJob(job *batchv1.Job, container string, ok bool, msg string) {
+	f.t.Helper()
 	typ, phase := batchv1.JobComplete, corev1.PodSucceeded
 	if !ok {
 		typ, phase = batchv1.JobFailed, corev1.PodFailed
@@ -102,9 +107,9 @@ func (f *fixture) finish(ok bool, msg string) {
 		f.t.Fatal(err)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "snap-snapshot-abcde", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-abcde", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
 		Status: corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
-			Name: manifest.SnapshotAgentContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg}},
+			Name: container, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: msg}},
 		}}},
 	}
 	if err := f.c.Create(context.Background(), pod); err != nil {

@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,10 +66,17 @@ func (r *Reconciler) jobPods(ctx context.Context, job *batchv1.Job) ([]corev1.Po
 	return pods, nil
 }
 
-// agentResult is the result the agent left in a Pod's termination message.
+// agentResult is the result the snapshot agent left in a Pod's termination
+// message.
 func agentResult(pod *corev1.Pod) (report.Result, bool) {
+	return containerResult(pod, manifest.SnapshotAgentContainer)
+}
+
+// containerResult is the result an agent left in its container's
+// termination message.
+func containerResult(pod *corev1.Pod, container string) (report.Result, bool) {
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == manifest.SnapshotAgentContainer && cs.State.Terminated != nil {
+		if cs.Name == container && cs.State.Terminated != nil {
 			return report.Parse(cs.State.Terminated.Message)
 		}
 	}
@@ -95,7 +103,11 @@ func (r *Reconciler) complete(p *pass, job *batchv1.Job, pods []corev1.Pod) ctrl
 		return ctrl.Result{RequeueAfter: resultLag}
 	}
 	s := p.snap
-	s.Status.Artifact = &v1alpha2.SnapshotArtifact{URI: res.URI, SizeBytes: res.SizeBytes, Checksum: res.Checksum, EtcdVersion: res.EtcdVersion}
+	s.Status.Artifact = &v1alpha2.SnapshotArtifact{URI: res.URI, SizeBytes: res.SizeBytes, Checksum: res.Checksum, EtcdVersion: res.EtcdVersion,
+		Revision: res.Revision, KeyCount: res.KeyCount, CompactRevision: res.CompactRevision}
+	if res.KVHash != nil {
+		s.Status.Artifact.KVHash = ptr.To(int64(*res.KVHash))
+	}
 	s.Status.Phase = v1alpha2.SnapshotComplete
 	s.Status.CompletionTime = &metav1.Time{Time: p.now}
 	if res.PrunedCount > 0 || res.PruneError != "" {
@@ -166,8 +178,13 @@ func podProblem(pod *corev1.Pod) string {
 // removeFinishedJob deletes the Job of a recorded snapshot, and its Pod
 // with it: the result is in the snapshot's status now.
 func (r *Reconciler) removeFinishedJob(ctx context.Context, s *v1alpha2.EtcdSnapshot) error {
+	return r.removeJob(ctx, s, jobKey(s))
+}
+
+// removeJob deletes a Job of the snapshot, and its Pods with it.
+func (r *Reconciler) removeJob(ctx context.Context, s *v1alpha2.EtcdSnapshot, key client.ObjectKey) error {
 	job := &batchv1.Job{}
-	if err := r.Client.Get(ctx, jobKey(s), job); err != nil {
+	if err := r.Client.Get(ctx, key, job); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if ref := metav1.GetControllerOf(job); ref == nil || ref.UID != s.UID || job.DeletionTimestamp != nil {
