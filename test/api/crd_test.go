@@ -21,7 +21,7 @@ func TestPrinterColumns(t *testing.T) {
 	want := map[string][]string{
 		"etcdclusters":          {"Version", "Replicas", "Ready", "Age"},
 		"etcdmembers":           {"Cluster", "Version", "Running", "Ready", "Age"},
-		"etcdsnapshots":         {"Cluster", "Phase", "Age"},
+		"etcdsnapshots":         {"Cluster", "Phase", "Verified", "Age"},
 		"etcddefrags":           {"Cluster", "Phase", "Defragmented", "Age"},
 		"etcdsnapshotschedules": {"Cluster", "Schedule", "Suspend", "Last Schedule", "Last Success", "Next Run", "Age"},
 		"etcddefragpolicies":    {"Cluster", "Schedule", "Suspend", "Last Schedule", "Age"},
