@@ -168,14 +168,14 @@ test-sandbox: tools sandbox-deps $(TESTTIMES) ## The sandbox's own end-to-end te
 # The integration tier: the end-to-end suites that need no real node, run on
 # procnode (a real control plane; nodes that run Pods as processes in a
 # namespace of the test's own; see docs/testing.md). Root, no sandbox.
-INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestClientServiceServesVotersOnly
+INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced
 .PHONY: test-integration
 test-integration: tools manager manager-faults $(TESTTIMES) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).
 	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 30m -parallel 4 -run '^($(INTEGRATION))$$' ./test/e2e/... \
 		| $(RECORD) integration
 
 # Every suite the integration tier can run; make test-full runs them all there.
-INTEGRATION_FULL := $(INTEGRATION)|TestBootstrap|TestScale|TestAuthentication|TestDataDirLossReplaced|TestOperatorCrashAtEveryStep|TestDeletedClaimReplacesMember|TestLeaderHandsOverBeforeRemoval|TestPauseAndResume|TestSpecEditMidScaleWaitsForTheBoundary|TestImpossibleTargetThenFixed|TestOwnTLSSecrets|TestTmpfsMemberReplaced|TestRollingUpgrade|TestSettingsRollOut
+INTEGRATION_FULL := $(INTEGRATION)|TestClientServiceServesVotersOnly|TestSnapshotVerified|TestBootstrap|TestScale|TestAuthentication|TestOperatorCrashAtEveryStep|TestDeletedClaimReplacesMember|TestLeaderHandsOverBeforeRemoval|TestPauseAndResume|TestSpecEditMidScaleWaitsForTheBoundary|TestImpossibleTargetThenFixed|TestOwnTLSSecrets|TestTmpfsMemberReplaced|TestRollingUpgrade|TestSettingsRollOut
 .PHONY: test-integration-full
 test-integration-full: tools manager manager-faults $(TESTTIMES) ## Every suite the integration tier can run (needs root).
 	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 60m -parallel 2 -run '^($(INTEGRATION_FULL))$$' ./test/e2e/... \
@@ -184,10 +184,10 @@ test-integration-full: tools manager manager-faults $(TESTTIMES) ## Every suite 
 # The end-to-end suites of make test: what only real nodes prove, within its
 # 20-minute budget. Every other suite runs in make test-full; docs/testing.md
 # names what proves the same in make test.
-E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestRollStopsOnAStuckMember|TestPeerPartitionDuringRoll|TestDataDirLossReplaced|TestMigrate|TestTLSModes|TestSnapshotAndRestore
+E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestRollStopsOnAStuckMember|TestPeerPartitionDuringRoll|TestMigrate|TestTLSModes|TestSnapshotAndRestore
 E2E_CORE_SKIP := ^TestSnapshotAndRestore$$/^failures$$
 .PHONY: test-e2e
-test-e2e: tools sandbox-deps sandbox-bin image image-faults $(TESTTIMES) ## The operator's core end-to-end suites on a sandbox of their own (needs root).
+test-e2e: tools sandbox-deps sandbox-bin image $(TESTTIMES) ## The operator's core end-to-end suites on a sandbox of their own (needs root).
 	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 40m -parallel 2 -run '^($(E2E_CORE))$$' -skip '$(E2E_CORE_SKIP)' ./test/e2e/... | $(RECORD) e2e
 
 .PHONY: test-e2e-full

@@ -149,7 +149,15 @@ func (r *podRunner) start(c corev1.Container) (*process, string, string, error) 
 	if err != nil {
 		return nil, "", "CreateContainerError", err
 	}
-	_ = os.WriteFile(filepath.Join(root, "dev", "termination-log"), nil, 0o666)
+	// Any user of the container may write its termination message, as
+	// the kubelet's bind-mounted file allows.
+	termLog := filepath.Join(root, "dev", "termination-log")
+	if err := os.WriteFile(termLog, nil, 0o666); err != nil {
+		return nil, "", "CreateContainerError", err
+	}
+	if err := os.Chmod(termLog, 0o666); err != nil {
+		return nil, "", "CreateContainerError", err
+	}
 	cmd := exec.Command(exe, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Env = env

@@ -22,7 +22,7 @@ const crashNS = "e2e-crash"
 func TestOperatorCrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, crashNS)
-	if err := installOperatorImage(faultsImage, "eo-crash", ns, false, map[string]string{faults.EnvRestarts: "400"}, ns); err != nil {
+	if err := installOperatorImage(faultsImageRef(t), "eo-crash", ns, false, map[string]string{faults.EnvRestarts: "400"}, ns); err != nil {
 		t.Fatal(err)
 	}
 	const name = "crashy"

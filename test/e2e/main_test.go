@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,8 +45,11 @@ var (
 	cs    kubernetes.Interface
 	image string // the operator image loaded into the sandbox
 	// faultsImage is the same operator built with fault injection, for the
-	// crash suite's own operator only.
-	faultsImage string
+	// crash suite's own operator only; loaded by the first suite that asks
+	// (faultsImageRef), so a run without it does not pay for it.
+	faultsImage     string
+	faultsImageOnce sync.Once
+	faultsImageErr  error
 	bin         string // the toolchain's bin directory (helm)
 	// pn is the integration tier's Kubernetes, when the suites run there
 	// instead of on sb.
@@ -139,11 +143,6 @@ func setUp(ctx context.Context, tmp string) error {
 		return fmt.Errorf("loading %s (run `make image`): %w", tarball, err)
 	}
 	image = refs[0]
-	faultsTar := filepath.Join(tools.RepoRoot(), "bin", "etcd-operator-faults-image.tar")
-	if refs, err = sb.LoadImage(ctx, faultsTar); err != nil {
-		return fmt.Errorf("loading %s (run `make image-faults`): %w", faultsTar, err)
-	}
-	faultsImage = refs[0]
 	return installMainOperator(ctx)
 }
 
@@ -180,13 +179,37 @@ func installMainOperator(ctx context.Context) error {
 	return installOperator(operatorRelease, operatorNS, true, nil, suiteNamespaces...)
 }
 
+// faultsImageRef is the fault-injecting operator image, loaded into the
+// sandbox the first time a suite asks for it.
+func faultsImageRef(t *testing.T) string {
+	t.Helper()
+	faultsImageOnce.Do(func() {
+		if faultsImage != "" {
+			return
+		}
+		faultsTar := filepath.Join(tools.RepoRoot(), "bin", "etcd-operator-faults-image.tar")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		refs, err := sb.LoadImage(ctx, faultsTar)
+		if err != nil {
+			faultsImageErr = fmt.Errorf("loading %s (run `make image-faults`): %w", faultsTar, err)
+			return
+		}
+		faultsImage = refs[0]
+	})
+	if faultsImageErr != nil {
+		t.Fatal(faultsImageErr)
+	}
+	return faultsImage
+}
+
 // suiteNamespaces are the namespaces of the suites the main operator serves.
 var suiteNamespaces = []string{
 	"e2e-bootstrap", "e2e-scale", "e2e-pause", "e2e-tmpfs", "e2e-dataloss", "e2e-nodeloss",
 	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-tls", "e2e-bench",
 	"e2e-leader", "e2e-clientservice", "e2e-claimloss", "e2e-concurrent", "e2e-nsdelete",
 	"e2e-upgrade", "e2e-versions", "e2e-settings", "e2e-rollstuck", kubectlNS,
-	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager", "e2e-tlsmodes", "e2e-peercut",
+	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager", "e2e-tlsmodes", "e2e-peercut", "e2e-snapverify",
 }
 
 // installOperator installs the chart as a release in ns. Only the first
