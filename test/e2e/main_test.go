@@ -50,7 +50,7 @@ var (
 	faultsImage     string
 	faultsImageOnce sync.Once
 	faultsImageErr  error
-	bin         string // the toolchain's bin directory (helm)
+	bin             string // the toolchain's bin directory (helm)
 	// pn is the integration tier's Kubernetes, when the suites run there
 	// instead of on sb.
 	pn *procnode.Env
