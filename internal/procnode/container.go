@@ -140,22 +140,8 @@ func (r *podRunner) start(c corev1.Container) (*process, string, string, error) 
 	for i := range argv[1:] {
 		argv[i+1] = bindToPodIP(argv[i+1], r.ip)
 	}
-	if err := os.MkdirAll(filepath.Dir(r.logPath(c.Name)), 0o755); err != nil {
-		return nil, "", "CreateContainerError", err
-	}
-	// The last run's log stays for kubectl logs --previous.
-	_ = os.Rename(r.logPath(c.Name), r.logPath(c.Name)+".previous")
-	logf, err := os.OpenFile(r.logPath(c.Name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	logf, err := r.openRun(c, root)
 	if err != nil {
-		return nil, "", "CreateContainerError", err
-	}
-	// Any user of the container may write its termination message, as
-	// the kubelet's bind-mounted file allows.
-	termLog := filepath.Join(root, "dev", "termination-log")
-	if err := os.WriteFile(termLog, nil, 0o666); err != nil {
-		return nil, "", "CreateContainerError", err
-	}
-	if err := os.Chmod(termLog, 0o666); err != nil {
 		return nil, "", "CreateContainerError", err
 	}
 	cmd := exec.Command(exe, argv[1:]...)
@@ -182,6 +168,24 @@ func (r *podRunner) start(c corev1.Container) (*process, string, string, error) 
 	r.procs[c.Name] = p
 	r.mu.Unlock()
 	return p, root, "", nil
+}
+
+// openRun prepares a run of a container: its log (the last run's kept for
+// kubectl logs --previous) and an empty termination log, which any user of
+// the container may write, as the kubelet's bind-mounted file allows.
+func (r *podRunner) openRun(c corev1.Container, root string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(r.logPath(c.Name)), 0o755); err != nil {
+		return nil, err
+	}
+	termLog := filepath.Join(root, "dev", "termination-log")
+	if err := os.WriteFile(termLog, nil, 0o666); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(termLog, 0o666); err != nil {
+		return nil, err
+	}
+	_ = os.Rename(r.logPath(c.Name), r.logPath(c.Name)+".previous")
+	return os.OpenFile(r.logPath(c.Name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 }
 
 func (k *kubelet) imageRefs() []string {
