@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,31 @@ func TestPartitionPorts(t *testing.T) {
 	n.open("host", "a", 2380)
 	n.open("b", "a", 2379)
 	n.open("a", "b", 2379)
+
+	// A Pod deleted while cut is healed by its name all the same, and its
+	// address leaves the fault table, so no later Pod given that address
+	// starts cut off.
+	if err := sb.PartitionPorts(ctx, ns, "b", 2380); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Partition(ctx, ns, "b"); err != nil {
+		t.Fatal(err)
+	}
+	deletePodAndWait(t, ns, "b")
+	if err := sb.Heal(ctx, ns, "b"); err != nil {
+		t.Fatalf("heal of a Pod deleted while cut: %v", err)
+	}
+	in := sb.Instance()
+	out, err := exec.Command("ip", "netns", "exec", in.NetnsName(), "nft", "list", "table", "inet", "sandbox-faults").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v\n%s", err, out)
+	}
+	if regexp.MustCompile(`(^|[^0-9.])` + regexp.QuoteMeta(ips["b"]) + `([^0-9.]|$)`).Match(out) {
+		t.Errorf("the deleted Pod's address %s is still in the fault table:\n%s", ips["b"], out)
+	}
+	if err := sb.Heal(ctx, ns, "b"); err == nil {
+		t.Error("a second heal of a Pod that is gone and has no cuts left succeeded; it should say the Pod is not found")
+	}
 }
 
 // peerNet checks TCP connections between the test's Pods (by name) and the

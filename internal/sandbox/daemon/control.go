@@ -170,6 +170,7 @@ func (d *Daemon) partition(ctx context.Context, t control.Target) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.recordCut(t, addr)
 	if err := network.Cut(ctx, netip.PrefixFrom(addr, 32)); err != nil {
 		return nil, err
 	}
@@ -186,6 +187,7 @@ func (d *Daemon) partitionPorts(ctx context.Context, t control.Target) (any, err
 	if err != nil {
 		return nil, err
 	}
+	d.recordCut(t, addr)
 	if err := network.CutPorts(ctx, addr, t.Ports); err != nil {
 		return nil, err
 	}
@@ -193,19 +195,49 @@ func (d *Daemon) partitionPorts(ctx context.Context, t control.Target) (any, err
 	return nil, nil
 }
 
-// heal lifts every cut of a Pod: the whole Pod's and each of its ports'.
+// recordCut remembers an address cut off for a Pod, before the cut, so that
+// a heal finds it whatever happens to the Pod.
+func (d *Daemon) recordCut(t control.Target, addr netip.Addr) {
+	d.cutsMu.Lock()
+	defer d.cutsMu.Unlock()
+	if d.cuts == nil {
+		d.cuts = map[string][]netip.Addr{}
+	}
+	key := t.Namespace + "/" + t.Name
+	if !slices.Contains(d.cuts[key], addr) {
+		d.cuts[key] = append(d.cuts[key], addr)
+	}
+}
+
+// heal lifts every cut of a Pod: the whole Pod's and each of its ports'. The
+// cuts are of addresses, so it lifts those recorded for the Pod's name as
+// well as its current address: a Pod replaced while cut (a new address) or
+// deleted (none) is healed too, and its old address cannot cut off a Pod
+// that is given it later.
 func (d *Daemon) heal(ctx context.Context, t control.Target) (any, error) {
+	key := t.Namespace + "/" + t.Name
+	d.cutsMu.Lock()
+	addrs := slices.Clone(d.cuts[key])
+	d.cutsMu.Unlock()
 	addr, err := d.podIP(ctx, t)
-	if err != nil {
+	switch {
+	case err == nil && !slices.Contains(addrs, addr):
+		addrs = append(addrs, addr)
+	case err != nil && len(addrs) == 0:
 		return nil, err
 	}
-	if err := network.Restore(ctx, netip.PrefixFrom(addr, 32)); err != nil {
-		return nil, err
+	for _, a := range addrs {
+		if err := network.Restore(ctx, netip.PrefixFrom(a, 32)); err != nil {
+			return nil, err
+		}
+		if err := network.RestorePorts(ctx, a); err != nil {
+			return nil, err
+		}
 	}
-	if err := network.RestorePorts(ctx, addr); err != nil {
-		return nil, err
-	}
-	slog.Info("Pod healed: every cut of it lifted", "pod", t.Namespace+"/"+t.Name, "ip", addr)
+	d.cutsMu.Lock()
+	delete(d.cuts, key)
+	d.cutsMu.Unlock()
+	slog.Info("Pod healed: every cut of it lifted", "pod", key, "addresses", addrs)
 	return nil, nil
 }
 

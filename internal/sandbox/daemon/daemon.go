@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -68,6 +69,11 @@ type Daemon struct {
 
 	imagesMu sync.Mutex
 	images   []string
+
+	// cuts are the addresses cut off per Pod ("namespace/name"), so a heal
+	// lifts them even after the Pod was replaced or deleted.
+	cutsMu sync.Mutex
+	cuts   map[string][]netip.Addr
 }
 
 // Run runs the daemon until SIGTERM or a shutdown request, then stops the
