@@ -161,16 +161,31 @@ sandbox: tools sandbox-deps sandbox-bin image ## Run the operator on a local 3-n
 sandbox-down: ## Stop the sandbox and remove everything it made (works after a crash too).
 	@if [[ -x bin/sandbox ]]; then bin/sandbox down; else $(GO) run ./cmd/sandbox down; fi
 
+SANDBOX_DEPS := tools sandbox-deps $(TESTTIMES)
 .PHONY: test-sandbox
-test-sandbox: tools sandbox-deps $(TESTTIMES) ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
+test-sandbox: $(SANDBOX_DEPS) ## The sandbox's own end-to-end tests (needs root; starts its own sandboxes).
+	@$(MAKE) --no-print-directory run-sandbox
+
+.PHONY: run-sandbox
+run-sandbox:
 	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 20m ./test/sandbox/... | $(RECORD) sandbox
 
 # The integration tier: the end-to-end suites that need no real node, run on
 # procnode (a real control plane; nodes that run Pods as processes in a
 # namespace of the test's own; see docs/testing.md). Root, no sandbox.
 INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced
+INTEGRATION_DEPS := tools manager manager-faults $(TESTTIMES)
 .PHONY: test-integration
-test-integration: tools manager manager-faults $(TESTTIMES) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).
+test-integration: $(INTEGRATION_DEPS) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).
+	@$(MAKE) --no-print-directory run-integration
+
+# run-sandbox, run-integration and run-e2e are those tiers' tests without
+# building what they need: make test builds it first (test-deps), then runs
+# tiers at the same time (they spend most of their time waiting on etcd and
+# the kubelet, and each sandbox or integration run has network and mount
+# namespaces of its own).
+.PHONY: run-integration
+run-integration:
 	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 30m -parallel 4 -run '^($(INTEGRATION))$$' ./test/e2e/... \
 		| $(RECORD) integration
 
@@ -186,9 +201,19 @@ test-integration-full: tools manager manager-faults $(TESTTIMES) ## Every suite 
 # names what proves the same in make test.
 E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestRollStopsOnAStuckMember|TestPeerPartitionDuringRoll|TestMigrate|TestTLSModes|TestSnapshotAndRestore
 E2E_CORE_SKIP := ^TestSnapshotAndRestore$$/^failures$$
+E2E_DEPS := tools sandbox-deps sandbox-bin image $(TESTTIMES)
 .PHONY: test-e2e
-test-e2e: tools sandbox-deps sandbox-bin image $(TESTTIMES) ## The operator's core end-to-end suites on a sandbox of their own (needs root).
+test-e2e: $(E2E_DEPS) ## The operator's core end-to-end suites on a sandbox of their own (needs root).
+	@$(MAKE) --no-print-directory run-e2e
+
+.PHONY: run-e2e
+run-e2e:
 	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 40m -parallel 2 -run '^($(E2E_CORE))$$' -skip '$(E2E_CORE_SKIP)' ./test/e2e/... | $(RECORD) e2e
+
+# What run-sandbox, run-integration and run-e2e need, built once before they
+# run beside other steps.
+.PHONY: test-deps
+test-deps: $(sort $(SANDBOX_DEPS) $(INTEGRATION_DEPS) $(E2E_DEPS))
 
 .PHONY: test-e2e-full
 test-e2e-full: tools sandbox-deps sandbox-bin image image-faults $(TESTTIMES) ## Every end-to-end suite (needs root; about 30 minutes).
@@ -207,12 +232,17 @@ soak: tools sandbox-deps sandbox-bin image image-faults ## A seeded random sched
 		-soak.duration=$(SOAK_DURATION) -soak.seed=$(SOAK_SEED) -soak.clusters=$(SOAK_CLUSTERS) | grep -v '^{"level"'
 
 # make test's steps in order, each as <tier>:<target>. They run one at a time,
-# each in a make of its own, stopping at the first failure (or not, with -k).
-TEST_STEPS := static:tools static:check-generate static:vet static:lint unit:unit api:test-api \
-	cert-manager:test-cert-manager integration:test-integration sandbox:test-sandbox e2e:test-e2e
+# each in a make of its own, stopping at the first failure (or not, with -k);
+# steps joined by + run at the same time. The unit tier keeps both cores
+# busy, so it runs alone; the others mostly wait on API servers, etcd and
+# kubelets, so they share the machine: the API and cert-manager tiers beside
+# the sandbox's own tests, then the integration tier beside the end-to-end
+# suites.
+TEST_STEPS := static:tools static:check-generate static:vet static:lint unit:unit static:test-deps \
+	api:test-api+cert-manager:test-cert-manager+sandbox:run-sandbox integration:run-integration+e2e:run-e2e
 
 # make test-full: the same steps with every end-to-end suite.
-TEST_FULL_STEPS := $(filter-out integration:test-integration e2e:test-e2e,$(TEST_STEPS)) \
+TEST_FULL_STEPS := $(filter-out integration:run-integration+e2e:run-e2e,$(TEST_STEPS)) \
 	integration:test-integration-full e2e:test-e2e-full
 
 .PHONY: test-full

@@ -104,9 +104,55 @@ func (s *summary) tierTable(b *strings.Builder) {
 		}
 	}
 	row("total", fmt.Sprintf("%.2f", s.TotalSeconds), "", "", "", "")
+	for _, tiers := range s.concurrentTiers() {
+		fmt.Fprintf(b, "  %s ran at the same time: the total counts that time once\n", together(tiers))
+	}
 	if note {
 		b.WriteString("  * run on its own, not as a step of make test: timed by the span of its go test's events\n")
 	}
+}
+
+// concurrentTiers lists the sets of tiers whose steps ran at the same time
+// (tiers linked by overlapping steps, in the table's order).
+func (s *summary) concurrentTiers() [][]string {
+	set := make([]int, len(s.Tiers)) // each tier's set: the first tier in it
+	for i := range set {
+		set[i] = i
+	}
+	for i, a := range s.Tiers {
+		for j := i + 1; j < len(s.Tiers); j++ {
+			b := s.Tiers[j]
+			if a.TimedBy == "make" && b.TimedBy == "make" && overlaps(a, b) {
+				from, to := set[j], set[i]
+				for k := range set {
+					if set[k] == from {
+						set[k] = to
+					}
+				}
+			}
+		}
+	}
+	var out [][]string
+	for first := range set {
+		var names []string
+		for k, t := range s.Tiers {
+			if set[k] == first {
+				names = append(names, t.Name)
+			}
+		}
+		if len(names) > 1 {
+			out = append(out, names)
+		}
+	}
+	return out
+}
+
+// together names tiers in prose: "a and b", "a, b and c".
+func together(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 func seconds(sec float64, state string) string {

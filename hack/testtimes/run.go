@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -24,6 +28,9 @@ type step struct {
 	Started time.Time `json:"started,omitzero"`
 	Seconds float64   `json:"seconds"`
 	Exit    int       `json:"exit"`
+	// Group numbers the steps in the order they start: steps written
+	// joined by "+" share a group and run at the same time.
+	Group int `json:"group"`
 }
 
 const (
@@ -71,14 +78,18 @@ func runCmd(args []string) int {
 	return code
 }
 
+// parseSteps reads each argument as <tier>:<target>, or as several of them
+// joined by "+" to run at the same time.
 func parseSteps(args []string) ([]step, error) {
 	var plan []step
-	for _, a := range args {
-		tier, target, ok := strings.Cut(a, ":")
-		if !ok || tier == "" || target == "" {
-			return nil, fmt.Errorf("%q is not <tier>:<target>", a)
+	for group, a := range args {
+		for part := range strings.SplitSeq(a, "+") {
+			tier, target, ok := strings.Cut(part, ":")
+			if !ok || tier == "" || target == "" {
+				return nil, fmt.Errorf("%q is not <tier>:<target>", part)
+			}
+			plan = append(plan, step{Tier: tier, Target: target, State: notRun, Group: group})
 		}
-		plan = append(plan, step{Tier: tier, Target: target, State: notRun})
 	}
 	return plan, nil
 }
@@ -96,9 +107,10 @@ type runner struct {
 	keepGoing bool
 }
 
-// run runs the steps in order and returns the exit status of the first that
-// failed; it stops there unless make was given -k. Interrupted (Ctrl-C, or
-// a SIGTERM, which it passes on to the step), it stops after the step ends.
+// run runs the steps in order, those of a group at the same time, and
+// returns the exit status of the first that failed; it stops after that
+// step's group unless make was given -k. Interrupted (Ctrl-C, or a SIGTERM,
+// which it passes on to the steps), it stops after the running group ends.
 func (r *runner) run(plan []step) (int, error) {
 	if err := clearDir(r.dir); err != nil {
 		return 1, err
@@ -108,33 +120,93 @@ func (r *runner) run(plan []step) (int, error) {
 	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(stop)
 
+	var mu sync.Mutex // guards rec while a group's steps run
+	save := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return writeSteps(r.dir, &rec)
+	}
 	code := 0
-	for i := range rec.Steps {
-		s := &rec.Steps[i]
-		s.State, s.Started = running, time.Now()
-		if err := writeSteps(r.dir, &rec); err != nil {
+	for first := 0; first < len(rec.Steps); {
+		group := groupAt(rec.Steps, first)
+		for i := range group {
+			group[i].State, group[i].Started = running, time.Now()
+		}
+		if err := save(); err != nil {
 			return 1, err
 		}
-		status, interrupted := r.runStep(s.Target, stop)
-		s.Seconds, s.Exit = time.Since(s.Started).Seconds(), status
-		s.State = passed
-		if status != 0 {
-			s.State = failed
-			code = firstNonZero(code, status)
+		var interrupted atomic.Bool
+		var wg sync.WaitGroup
+		signals, endFanOut := fanOut(stop, len(group))
+		for i := range group {
+			wg.Go(func() {
+				s := &group[i]
+				status, intr := r.runStep(s.Target, s.Tier, len(group) > 1, signals[i])
+				if intr {
+					interrupted.Store(true)
+				}
+				mu.Lock()
+				s.Seconds, s.Exit, s.State = time.Since(s.Started).Seconds(), status, passed
+				if status != 0 {
+					s.State = failed
+				}
+				mu.Unlock()
+			})
 		}
-		if err := writeSteps(r.dir, &rec); err != nil {
+		wg.Wait()
+		endFanOut()
+		for _, s := range group {
+			code = firstNonZero(code, s.Exit)
+		}
+		if err := save(); err != nil {
 			return max(code, 1), err
 		}
-		if interrupted || (status != 0 && !r.keepGoing) {
+		if interrupted.Load() || (code != 0 && !r.keepGoing) {
 			break
 		}
+		first += len(group)
 	}
 	return code, nil
 }
 
+// fanOut passes each signal of stop on to n channels, one a step, until
+// end is called.
+func fanOut(stop <-chan os.Signal, n int) (chans []chan os.Signal, end func()) {
+	chans = make([]chan os.Signal, n)
+	for i := range chans {
+		chans[i] = make(chan os.Signal, 1)
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-stop:
+				for _, c := range chans {
+					select {
+					case c <- sig:
+					default:
+					}
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return chans, func() { close(done) }
+}
+
+// groupAt is the steps of the group that starts at index first.
+func groupAt(plan []step, first int) []step {
+	end := first + 1
+	for end < len(plan) && plan[end].Group == plan[first].Group {
+		end++
+	}
+	return plan[first:end]
+}
+
 func (r *runner) dryRun(plan []step) int {
 	for _, s := range plan {
-		if status, _ := r.runStep(s.Target, nil); status != 0 {
+		if status, _ := r.runStep(s.Target, s.Tier, false, nil); status != 0 {
 			return status
 		}
 	}
@@ -150,10 +222,36 @@ func firstNonZero(a, b int) int {
 
 // runStep runs one target in a make of its own, the way make runs a
 // prerequisite, and returns its exit status (128 plus the signal's number
-// if a signal killed it) and whether the run was interrupted meanwhile.
-func (r *runner) runStep(target string, stop <-chan os.Signal) (int, bool) {
+// if a signal killed it) and whether the run was interrupted meanwhile. A
+// step that runs beside others has each line of its output prefixed with
+// its tier, so that the lines of the steps do not mix.
+func (r *runner) runStep(target, tier string, beside bool, stop <-chan os.Signal) (int, bool) {
 	cmd := exec.Command(r.make, "--no-print-directory", target)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if beside {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testtimes:", err)
+			return 127, false
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, pw, pw
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			prefixLines(os.Stdout, pr, "["+tier+"] ")
+		}()
+		defer func() {
+			// A process the step left running may hold the pipe open: its
+			// output is not waited for past a moment.
+			select {
+			case <-copied:
+			case <-time.After(2 * time.Second):
+				pr.Close()
+				<-copied
+			}
+		}()
+		defer pw.Close()
+	}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "testtimes:", err)
 		return 127, false
@@ -172,6 +270,28 @@ func (r *runner) runStep(target string, stop <-chan os.Signal) (int, bool) {
 			}
 		case err := <-done:
 			return exitStatus(err), interrupted
+		}
+	}
+}
+
+// prefixMu keeps whole lines: one step's line is written at a time.
+var prefixMu sync.Mutex
+
+// prefixLines copies r to w line by line, each line prefixed, until r ends.
+func prefixLines(w io.Writer, r io.Reader, prefix string) {
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			if !strings.HasSuffix(line, "\n") {
+				line += "\n"
+			}
+			prefixMu.Lock()
+			_, _ = io.WriteString(w, prefix+line)
+			prefixMu.Unlock()
+		}
+		if err != nil {
+			return
 		}
 	}
 }

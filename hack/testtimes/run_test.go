@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -92,11 +95,88 @@ func runFakeMake(t *testing.T, keepGoing bool) (int, string, *steps) {
 }
 
 func TestParseSteps(t *testing.T) {
-	for _, bad := range []string{"unit", ":unit", "unit:"} {
+	for _, bad := range []string{"unit", ":unit", "unit:", "unit:unit+", "unit:unit+e2e"} {
 		if _, err := parseSteps([]string{bad}); err == nil {
 			t.Errorf("parseSteps(%q) accepted it", bad)
 		}
 	}
+	plan, err := parseSteps([]string{"static:vet", "integration:run-integration+e2e:run-e2e", "unit:unit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range plan {
+		got = append(got, fmt.Sprintf("%d %s:%s", s.Group, s.Tier, s.Target))
+	}
+	want := []string{"0 static:vet", "1 integration:run-integration", "1 e2e:run-e2e", "2 unit:unit"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("plan %v, want %v", got, want)
+	}
+}
+
+// TestStepsJoinedByPlusRunTogether runs two steps of a group with a make
+// whose targets each wait for the other to have started: they finish only
+// if they run at the same time. Their output comes prefixed with the tier,
+// and a failing step of the group fails the run after both ended.
+func TestStepsJoinedByPlusRunTogether(t *testing.T) {
+	dir := t.TempDir()
+	makeCmd := filepath.Join(dir, "make")
+	script := "#!/bin/sh\n" +
+		"touch " + dir + "/started-$2\n" +
+		"other=a; [ \"$2\" = a ] && other=b\n" +
+		"i=0; while [ ! -e " + dir + "/started-$other ]; do i=$((i+1)); [ $i -gt 100 ] && exit 9; sleep 0.05; done\n" +
+		"echo \"hello from $2\"\n" +
+		"[ \"$2\" != b ] || exit 4\n"
+	if err := os.WriteFile(makeCmd, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := parseSteps([]string{"one:a+two:b", "three:c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := captureStdout(t, func() {
+		r := &runner{dir: filepath.Join(dir, "times"), make: makeCmd}
+		code, err := r.run(plan)
+		if err != nil || code != 4 {
+			t.Errorf("run = %d, %v; want b's status 4", code, err)
+		}
+	})
+	for _, line := range []string{"[one] hello from a\n", "[two] hello from b\n"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("output %q lacks %q", out, line)
+		}
+	}
+	rec, err := readSteps(filepath.Join(dir, "times"))
+	if err != nil || rec == nil {
+		t.Fatalf("steps: %v, %v", rec, err)
+	}
+	var states []string
+	for _, s := range rec.Steps {
+		states = append(states, s.State)
+	}
+	if want := []string{passed, failed, notRun}; !reflect.DeepEqual(states, want) {
+		t.Errorf("states %v, want %v (a waits for b and b for a: they ran together; c never ran)", states, want)
+	}
+}
+
+// captureStdout returns what f wrote to os.Stdout.
+func captureStdout(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		data, _ := io.ReadAll(r)
+		done <- string(data)
+	}()
+	f()
+	os.Stdout = saved
+	w.Close()
+	return <-done
 }
 
 func TestMakeFlag(t *testing.T) {

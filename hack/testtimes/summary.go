@@ -61,7 +61,7 @@ func summarize(dir string, top, subtests int) (*summary, error) {
 		te := events[name]
 		t := tierOf(name, planned, te)
 		sum.Tiers = append(sum.Tiers, t)
-		if t.Result != notRun {
+		if t.Result != notRun && t.TimedBy == "events" {
 			sum.TotalSeconds += t.Seconds
 		}
 		if te != nil {
@@ -69,9 +69,66 @@ func summarize(dir string, top, subtests int) (*summary, error) {
 			sum.Failures = append(sum.Failures, te.failures(name)...)
 		}
 	}
+	sum.TotalSeconds += stepsWallTime(sum.Tiers)
 	sum.SlowestTests, sum.TestCount = slowest(all, top, true)
 	sum.SlowestSubtests, sum.SubtestCount = slowest(all, subtests, false)
 	return sum, nil
+}
+
+// stepsWallTime is the wall time of the steps of the tiers timed by make:
+// the union of their spans, since steps may run at the same time.
+func stepsWallTime(tiers []tierTime) float64 {
+	var spans []span
+	for _, t := range tiers {
+		if t.TimedBy == "make" {
+			spans = append(spans, stepSpans(t)...)
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].from.Before(spans[j].from) })
+	total := time.Duration(0)
+	var cur span
+	for i, sp := range spans {
+		switch {
+		case i == 0:
+			cur = sp
+		case !sp.from.After(cur.to):
+			if sp.to.After(cur.to) {
+				cur.to = sp.to
+			}
+		default:
+			total += cur.to.Sub(cur.from)
+			cur = sp
+		}
+	}
+	if len(spans) > 0 {
+		total += cur.to.Sub(cur.from)
+	}
+	return total.Seconds()
+}
+
+// span is when a step ran.
+type span struct{ from, to time.Time }
+
+func stepSpans(t tierTime) []span {
+	var out []span
+	for _, s := range t.Steps {
+		if s.State != notRun {
+			out = append(out, span{s.Started, s.Started.Add(time.Duration(s.Seconds * float64(time.Second)))})
+		}
+	}
+	return out
+}
+
+// overlaps reports whether two tiers' steps ran at the same time.
+func overlaps(a, b tierTime) bool {
+	for _, x := range stepSpans(a) {
+		for _, y := range stepSpans(b) {
+			if x.from.Before(y.to) && y.from.Before(x.to) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // readTiers reads every tier's events, and returns the tiers in the order

@@ -280,3 +280,25 @@ func TestModulePath(t *testing.T) {
 		t.Errorf("modulePath without a go.mod = %q, want empty", got)
 	}
 }
+
+func TestStepsThatRanTogetherCountOnceInTheTotal(t *testing.T) {
+	at := func(s float64) time.Time { return runStarted.Add(time.Duration(s * float64(time.Second))) }
+	rec := &steps{Started: runStarted, Steps: []step{
+		{Tier: "unit", Target: "unit", State: passed, Started: at(0), Seconds: 100, Group: 0},
+		{Tier: "integration", Target: "run-integration", State: passed, Started: at(100), Seconds: 200, Group: 1},
+		{Tier: "e2e", Target: "run-e2e", State: passed, Started: at(100), Seconds: 500, Group: 1},
+	}}
+	sum, err := summarize(recordedDir(t, rec, nil, nil), 5, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.TotalSeconds != 600 {
+		t.Errorf("total %.2f s, want 600: unit, then the longer of integration and e2e", sum.TotalSeconds)
+	}
+	if got := sum.concurrentTiers(); len(got) != 1 || got[0][0] != "integration" || got[0][1] != "e2e" {
+		t.Errorf("tiers that ran together: %v, want integration and e2e", got)
+	}
+	if text := sum.text(); !strings.Contains(text, "integration and e2e ran at the same time") {
+		t.Errorf("the tier table does not say integration and e2e ran together:\n%s", text)
+	}
+}
