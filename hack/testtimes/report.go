@@ -115,23 +115,7 @@ func (s *summary) tierTable(b *strings.Builder) {
 // concurrentTiers lists the sets of tiers whose steps ran at the same time
 // (tiers linked by overlapping steps, in the table's order).
 func (s *summary) concurrentTiers() [][]string {
-	set := make([]int, len(s.Tiers)) // each tier's set: the first tier in it
-	for i := range set {
-		set[i] = i
-	}
-	for i, a := range s.Tiers {
-		for j := i + 1; j < len(s.Tiers); j++ {
-			b := s.Tiers[j]
-			if a.TimedBy == "make" && b.TimedBy == "make" && overlaps(a, b) {
-				from, to := set[j], set[i]
-				for k := range set {
-					if set[k] == from {
-						set[k] = to
-					}
-				}
-			}
-		}
-	}
+	set := s.overlapSets()
 	var out [][]string
 	for first := range set {
 		var names []string
@@ -145,6 +129,30 @@ func (s *summary) concurrentTiers() [][]string {
 		}
 	}
 	return out
+}
+
+// overlapSets labels each tier with the first tier of its set: tiers timed
+// by make whose steps overlap, directly or through others, share a set.
+func (s *summary) overlapSets() []int {
+	set := make([]int, len(s.Tiers))
+	for i := range set {
+		set[i] = i
+	}
+	for i, a := range s.Tiers {
+		for j := i + 1; j < len(s.Tiers); j++ {
+			b := s.Tiers[j]
+			if a.TimedBy != "make" || b.TimedBy != "make" || !overlaps(a, b) {
+				continue
+			}
+			from, to := set[j], set[i]
+			for k := range set {
+				if set[k] == from {
+					set[k] = to
+				}
+			}
+		}
+	}
+	return set
 }
 
 // together names tiers in prose: "a and b", "a, b and c".

@@ -135,38 +135,45 @@ func (r *runner) run(plan []step) (int, error) {
 		if err := save(); err != nil {
 			return 1, err
 		}
-		var interrupted atomic.Bool
-		var wg sync.WaitGroup
-		signals, endFanOut := fanOut(stop, len(group))
-		for i := range group {
-			wg.Go(func() {
-				s := &group[i]
-				status, intr := r.runStep(s.Target, s.Tier, len(group) > 1, signals[i])
-				if intr {
-					interrupted.Store(true)
-				}
-				mu.Lock()
-				s.Seconds, s.Exit, s.State = time.Since(s.Started).Seconds(), status, passed
-				if status != 0 {
-					s.State = failed
-				}
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		endFanOut()
+		interrupted := r.runGroup(group, stop, &mu)
 		for _, s := range group {
 			code = firstNonZero(code, s.Exit)
 		}
 		if err := save(); err != nil {
 			return max(code, 1), err
 		}
-		if interrupted.Load() || (code != 0 && !r.keepGoing) {
+		if interrupted || (code != 0 && !r.keepGoing) {
 			break
 		}
 		first += len(group)
 	}
 	return code, nil
+}
+
+// runGroup runs a group's steps at the same time, records each one's
+// result under mu, and reports whether the run was interrupted meanwhile.
+func (r *runner) runGroup(group []step, stop <-chan os.Signal, mu *sync.Mutex) bool {
+	var interrupted atomic.Bool
+	var wg sync.WaitGroup
+	signals, endFanOut := fanOut(stop, len(group))
+	defer endFanOut()
+	for i := range group {
+		wg.Go(func() {
+			s := &group[i]
+			status, intr := r.runStep(s.Target, s.Tier, len(group) > 1, signals[i])
+			if intr {
+				interrupted.Store(true)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			s.Seconds, s.Exit, s.State = time.Since(s.Started).Seconds(), status, passed
+			if status != 0 {
+				s.State = failed
+			}
+		})
+	}
+	wg.Wait()
+	return interrupted.Load()
 }
 
 // fanOut passes each signal of stop on to n channels, one a step, until
