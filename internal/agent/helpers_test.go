@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,7 +79,23 @@ func withClientTLS(t *testing.T, cfg *embed.Config, e *testEtcd) {
 	e.access.KeyFile = filepath.Join(dir, "client.key")
 }
 
+// startEtcd starts an embedded etcd on free loopback ports. A port found
+// free can be taken by another process before etcd binds it: that start is
+// retried on other ports.
 func startEtcd(t *testing.T, opts ...etcdOption) *testEtcd {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		e, err := tryStartEtcd(t, opts)
+		if err == nil {
+			return e
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+func tryStartEtcd(t *testing.T, opts []etcdOption) (*testEtcd, error) {
 	t.Helper()
 	e := &testEtcd{}
 	cfg := embed.NewConfig()
@@ -103,7 +120,7 @@ func startEtcd(t *testing.T, opts ...etcdOption) *testEtcd {
 	e.access.Endpoints = []string{e.endpoint}
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	t.Cleanup(srv.Close)
 	select {
@@ -112,7 +129,7 @@ func startEtcd(t *testing.T, opts ...etcdOption) *testEtcd {
 		t.Fatal("embedded etcd did not start")
 	}
 	e.server = srv
-	return e
+	return e, nil
 }
 
 func portOf(t *testing.T, addr string) string {
