@@ -194,6 +194,7 @@ type testMinIO struct {
 	access, secret string
 	admin          *minio.Client
 	cmd            *exec.Cmd
+	dir            string // its data, removed when it stops
 	startErr       error
 	buckets        int
 	mu             sync.Mutex
@@ -226,6 +227,7 @@ func (m *testMinIO) start() {
 		m.startErr = err
 		return
 	}
+	m.dir = dir
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		m.startErr = err
@@ -253,6 +255,9 @@ func (m *testMinIO) stop() {
 	if m.cmd != nil && m.cmd.Process != nil {
 		_ = m.cmd.Process.Kill()
 		_ = m.cmd.Wait()
+	}
+	if m.dir != "" {
+		_ = os.RemoveAll(m.dir)
 	}
 }
 

@@ -243,6 +243,9 @@ func installOperatorImage(img, release, ns string, crds bool, env map[string]str
 }
 
 func tearDown() {
+	if migrateBin != "" {
+		_ = os.RemoveAll(filepath.Dir(migrateBin))
+	}
 	if sb == nil {
 		return
 	}
