@@ -192,7 +192,11 @@ run-integration:
 # Every suite the integration tier can run; make test-full runs them all there.
 INTEGRATION_FULL := $(INTEGRATION)|TestClientServiceServesVotersOnly|TestSnapshotVerified|TestBootstrap|TestScale|TestAuthentication|TestOperatorCrashAtEveryStep|TestDeletedClaimReplacesMember|TestLeaderHandsOverBeforeRemoval|TestPauseAndResume|TestSpecEditMidScaleWaitsForTheBoundary|TestImpossibleTargetThenFixed|TestOwnTLSSecrets|TestTmpfsMemberReplaced|TestRollingUpgrade|TestSettingsRollOut
 .PHONY: test-integration-full
-test-integration-full: tools manager manager-faults $(TESTTIMES) ## Every suite the integration tier can run (needs root).
+test-integration-full: $(INTEGRATION_DEPS) ## Every suite the integration tier can run (needs root).
+	@$(MAKE) --no-print-directory run-integration-full
+
+.PHONY: run-integration-full
+run-integration-full:
 	E2E_TIER=integration $(TOOLS_ENV) $(GO) test -json -count=1 -timeout 60m -parallel 2 -run '^($(INTEGRATION_FULL))$$' ./test/e2e/... \
 		| $(RECORD) integration
 
@@ -216,7 +220,11 @@ run-e2e:
 test-deps: $(sort $(SANDBOX_DEPS) $(INTEGRATION_DEPS) $(E2E_DEPS))
 
 .PHONY: test-e2e-full
-test-e2e-full: tools sandbox-deps sandbox-bin image image-faults $(TESTTIMES) ## Every end-to-end suite (needs root; about 30 minutes).
+test-e2e-full: $(E2E_DEPS) image-faults ## Every end-to-end suite (needs root; about 30 minutes).
+	@$(MAKE) --no-print-directory run-e2e-full
+
+.PHONY: run-e2e-full
+run-e2e-full:
 	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 75m -parallel 2 ./test/e2e/... | $(RECORD) e2e
 
 .PHONY: bench
@@ -243,7 +251,7 @@ TEST_STEPS := static:tools static:check-generate static:vet static:lint unit:uni
 
 # make test-full: the same steps with every end-to-end suite.
 TEST_FULL_STEPS := $(filter-out integration:run-integration+e2e:run-e2e,$(TEST_STEPS)) \
-	integration:test-integration-full e2e:test-e2e-full
+	static:image-faults integration:run-integration-full+e2e:run-e2e-full
 
 .PHONY: test-full
 test-full: $(TESTTIMES) ## make test with every end-to-end suite (about 45 minutes): run before calling an issue that touches a suite's area resolved.
