@@ -95,7 +95,7 @@ func run(ctx context.Context, opts options) error {
 			return err
 		}
 	}
-	m := metrics.New(crmetrics.Registry)
+	m := metrics.New(crmetrics.Registry, version)
 	opts.clusterDomain = clusterDomain(opts.clusterDomain)
 	ctrl.Log.Info("Starting etcd-operator", "version", version, "watchNamespaces", opts.watchNamespaces, "clusterDomain", opts.clusterDomain)
 	return runLives(ctx, opts, scheme, m)

@@ -1,14 +1,19 @@
 // Package metrics holds the operator's Prometheus metrics per cluster: desired
 // and ready members, voters, learners, whether etcd has a leader, membership
 // operations by kind and result, reconcile errors, and snapshot
-// verifications.
+// verifications; and the operator's build.
+//
+// A cluster's series are labelled etcd_cluster_namespace and etcd_cluster:
+// "namespace" is the label a scrape gives the operator's own Pod, and
+// "cluster" is often an external label naming the Kubernetes cluster.
 package metrics
 
 import (
+	"runtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
@@ -23,10 +28,21 @@ type Metrics struct {
 	Requests *Requests
 }
 
-var clusterLabels = []string{"namespace", "cluster"}
+// The labels of a cluster's series.
+const (
+	LabelNamespace = "etcd_cluster_namespace"
+	LabelCluster   = "etcd_cluster"
+)
 
-// New creates the collectors and registers them.
-func New(reg prometheus.Registerer) *Metrics {
+var clusterLabels = []string{LabelNamespace, LabelCluster}
+
+func clusterOf(namespace, name string) prometheus.Labels {
+	return prometheus.Labels{LabelNamespace: namespace, LabelCluster: name}
+}
+
+// New creates the collectors and registers them, with the operator's build
+// (version is what the binary was stamped with).
+func New(reg prometheus.Registerer, version string) *Metrics {
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "etcd_operator", Name: name, Help: help}, clusterLabels)
 	}
@@ -35,7 +51,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		ready:    gauge("cluster_ready_members", "Running voters whose Ready condition is True."),
 		voters:   gauge("cluster_voters", "Voting members, as etcd lists them (or as recorded when etcd was not asked)."),
 		learners: gauge("cluster_learners", "Learner members etcd lists."),
-		leader:   gauge("cluster_has_leader", "1 while a quorum of members passes etcd's /health check, which fails without a leader; else 0."),
+		leader:   gauge("cluster_has_leader", "1 when a member reported itself etcd's leader at the last pass, 0 when the members that answered (or none did) reported no leader."),
 		operations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "etcd_operator", Name: "membership_operations_total",
 			Help: "Membership operations by kind (create, add-learner, promote, remove) and result (success, error).",
@@ -49,17 +65,23 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, append(clusterLabels, "result")),
 		lastVerification: gauge("snapshot_last_verification_passed", "1 when the cluster's latest finished snapshot verification passed, 0 when it failed."),
 	}
-	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors, m.verifications, m.lastVerification)
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "etcd_operator", Name: "build_info", Help: "Always 1; the labels say which build of the operator runs.",
+	}, []string{"version", "go_version"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors, m.verifications, m.lastVerification, build)
 	m.Requests = NewRequests(reg)
 	return m
 }
 
-// ObserveCluster records the gauges of one cluster after a pass.
-func (m *Metrics) ObserveCluster(c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember, list *etcd.MemberList) {
+// ObserveCluster records the gauges of one cluster after a pass: list is
+// etcd's membership and leader the leader's own report, each nil when etcd
+// was not asked or did not give it.
+func (m *Metrics) ObserveCluster(c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember, list *etcd.MemberList, leader *etcd.Status) {
 	if m == nil {
 		return
 	}
-	l := prometheus.Labels{"namespace": c.Namespace, "cluster": c.Name}
+	l := clusterOf(c.Namespace, c.Name)
 	if c.Status.Observed != nil {
 		m.desired.With(l).Set(float64(c.Status.Observed.Replicas))
 	}
@@ -85,7 +107,7 @@ func (m *Metrics) ObserveCluster(c *v1alpha2.EtcdCluster, members []*v1alpha2.Et
 		m.learners.With(l).Set(float64(learners))
 	}
 	hasLeader := 0.0
-	if conditions.IsTrue(c.Status.Conditions, conditions.Available) {
+	if leader != nil && leader.Leader != 0 && leader.Leader == leader.MemberID {
 		hasLeader = 1
 	}
 	m.leader.With(l).Set(hasLeader)
@@ -133,7 +155,7 @@ func (m *Metrics) Forget(namespace, name string) {
 	if m == nil {
 		return
 	}
-	l := prometheus.Labels{"namespace": namespace, "cluster": name}
+	l := clusterOf(namespace, name)
 	for _, g := range []*prometheus.GaugeVec{m.desired, m.ready, m.voters, m.learners, m.leader, m.lastVerification} {
 		g.Delete(l)
 	}

@@ -140,7 +140,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
-	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcd.list)
+	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcd.list, w.etcd.leader)
 	if o.err != nil {
 		r.Metrics.ReconcileError(cluster.Namespace, cluster.Name)
 		return ctrl.Result{}, o.err

@@ -33,7 +33,7 @@ func stored(verify bool) *v1alpha2.EtcdSnapshot {
 // withMetrics gives the reconciler a registry of its own and returns it.
 func (f *fixture) withMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	f.r.Metrics = metrics.New(reg)
+	f.r.Metrics = metrics.New(reg, "test")
 	return reg
 }
 
@@ -116,10 +116,10 @@ func TestVerificationPasses(t *testing.T) {
 		v.StartTime == nil || v.CompletionTime == nil {
 		t.Errorf("verification %+v", v)
 	}
-	if n, _ := metricValue(t, reg, "etcd_operator_snapshot_verifications_total", map[string]string{"result": "passed", "cluster": "db"}); n != 1 {
+	if n, _ := metricValue(t, reg, "etcd_operator_snapshot_verifications_total", map[string]string{"result": "passed", metrics.LabelCluster: "db"}); n != 1 {
 		t.Errorf("%v verifications counted as passed", n)
 	}
-	if g, ok := metricValue(t, reg, "etcd_operator_snapshot_last_verification_passed", map[string]string{"cluster": "db"}); !ok || g != 1 {
+	if g, ok := metricValue(t, reg, "etcd_operator_snapshot_last_verification_passed", map[string]string{metrics.LabelCluster: "db"}); !ok || g != 1 {
 		t.Errorf("last verification gauge %v %v", g, ok)
 	}
 	// Recorded: the Job goes, and nothing runs it again.
