@@ -74,9 +74,14 @@ func main() {
 	fs.StringVar(&opts.operatorImage, "operator-image", os.Getenv("OPERATOR_IMAGE"), "Image of this operator, used for agents in Jobs and init containers.")
 	fs.StringVar(&opts.etcdRepository, "etcd-image-repository", os.Getenv("ETCD_IMAGE_REPOSITORY"), "Repository of etcd images (tag v<version>); quay.io/coreos/etcd when empty.")
 	fs.StringVar(&opts.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"), "Comma-separated namespaces to watch; all when empty.")
+	showVersion := fs.Bool("version", false, "Print the operator's version and exit.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(version)
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if err := run(ctrl.SetupSignalHandler(), opts); err != nil {
