@@ -173,7 +173,7 @@ run-sandbox:
 # The integration tier: the end-to-end suites that need no real node, run on
 # procnode (a real control plane; nodes that run Pods as processes in a
 # namespace of the test's own; see docs/testing.md). Root, no sandbox.
-INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced
+INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced|TestMetricsServedSecurely
 INTEGRATION_DEPS := tools manager manager-faults $(TESTTIMES)
 .PHONY: test-integration
 test-integration: $(INTEGRATION_DEPS) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).

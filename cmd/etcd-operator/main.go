@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -45,6 +46,7 @@ var version = "dev"
 // options are the command-line settings of the manager.
 type options struct {
 	metricsAddr, probeAddr string
+	metricsSecure          bool
 	leaderElect            bool
 	clusterDomain          string
 	operatorImage          string
@@ -68,6 +70,7 @@ func main() {
 	opts := options{}
 	fs := flag.CommandLine
 	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
+	fs.BoolVar(&opts.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS (a self-signed certificate) to callers the API server authenticates and authorizes to get /metrics; false serves plain HTTP to anyone.")
 	fs.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.BoolVar(&opts.leaderElect, "leader-elect", false, "Elect a leader so that only one replica acts at a time.")
 	fs.StringVar(&opts.clusterDomain, "cluster-domain", "", "Cluster DNS domain for certificate names; detected from /etc/resolv.conf when empty, else cluster.local.")
@@ -88,6 +91,19 @@ func main() {
 		ctrl.Log.Error(err, "The operator stopped")
 		os.Exit(1)
 	}
+}
+
+// metricsOptions serves the metrics securely unless asked not to: HTTPS,
+// and each request's bearer token reviewed by the API server (TokenReview)
+// and its right to get the non-resource URL /metrics checked
+// (SubjectAccessReview).
+func metricsOptions(opts options) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: opts.metricsAddr}
+	if opts.metricsSecure {
+		o.SecureServing = true
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
 }
 
 func run(ctx context.Context, opts options) error {
@@ -129,7 +145,7 @@ func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metri
 	watch := liveNamespaces(ctx, restCfg, opts.watchNamespaces)
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
+		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        opts.probeAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              "aa20b3a9.etcd-operator.cozystack.io",
