@@ -111,8 +111,18 @@ type S3Location struct {
 	// +optional
 	Key string `json:"key,omitempty"`
 	// CredentialsSecretRef names a Secret with the keys AWS_ACCESS_KEY_ID and
-	// AWS_SECRET_ACCESS_KEY.
-	CredentialsSecretRef corev1.LocalObjectReference `json:"credentialsSecretRef"`
+	// AWS_SECRET_ACCESS_KEY. Without it the agents find credentials the way
+	// the AWS SDKs do: their environment, a web identity token file (EKS
+	// IRSA and other workload identities), the container credentials
+	// endpoint (EKS Pod Identity, ECS), or the instance metadata service.
+	// +optional
+	CredentialsSecretRef corev1.LocalObjectReference `json:"credentialsSecretRef,omitempty"`
+	// CASecretRef names a Secret whose key ca.crt holds the PEM certificate
+	// of the CA that signed the endpoint's certificate, for a store whose CA
+	// is private; the public roots stay trusted too. Needs an https://
+	// endpoint.
+	// +optional
+	CASecretRef *corev1.LocalObjectReference `json:"caSecretRef,omitempty"`
 	// Region of the bucket; us-east-1 when unset.
 	// +optional
 	Region string `json:"region,omitempty"`

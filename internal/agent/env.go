@@ -24,6 +24,7 @@ func locationFromEnv(get func(string) string) (Location, error) {
 	l.S3 = S3Config{
 		Endpoint: get(agentenv.EnvS3Endpoint), Bucket: get(agentenv.EnvS3Bucket), Key: get(agentenv.EnvS3Key), Region: get(agentenv.EnvS3Region),
 		AccessKey: get(agentenv.EnvAccessKey), SecretKey: get(agentenv.EnvSecretKey), SessionToken: get(agentenv.EnvSessionToken),
+		CABundle: get(agentenv.EnvS3CABundle),
 	}
 	l.S3.ForcePathStyle, _ = strconv.ParseBool(get(agentenv.EnvS3PathStyle))
 	switch l.Kind {

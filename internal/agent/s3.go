@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -38,9 +41,14 @@ type S3Config struct {
 	Key            string
 	Region         string
 	ForcePathStyle bool
-	AccessKey      string
-	SecretKey      string
-	SessionToken   string
+	// AccessKey and SecretKey are static credentials; when both are empty
+	// the standard AWS chain finds them (see chainCredentials).
+	AccessKey    string
+	SecretKey    string
+	SessionToken string
+	// CABundle is PEM certificates trusted for the endpoint besides the
+	// public roots.
+	CABundle string
 }
 
 type s3Store struct {
@@ -56,8 +64,13 @@ func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.AccessKey == "" || cfg.SecretKey == "" {
-		return nil, permanent(conditions.ReasonAgentMisconfigured, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set")
+	creds, err := s3Credentials(cfg)
+	if err != nil {
+		return nil, err
+	}
+	transport, err := s3Transport(cfg, secure)
+	if err != nil {
+		return nil, err
 	}
 	region := cfg.Region
 	if region == "" {
@@ -68,7 +81,8 @@ func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
 		lookup = minio.BucketLookupPath
 	}
 	c, err := minio.New(host, &minio.Options{
-		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken),
+		Creds:        creds,
+		Transport:    transport,
 		Secure:       secure,
 		Region:       region,
 		BucketLookup: lookup,
@@ -85,6 +99,49 @@ func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
 		p += "/"
 	}
 	return &s3Store{c: c, bucket: cfg.Bucket, prefix: p}, nil
+}
+
+// s3Credentials are the static keys when given; with neither key, the
+// standard AWS credential chain: the environment (AWS_ACCESS_KEY_ID...), the
+// shared credentials file, then the IAM sources: a web identity token file
+// (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN: EKS IRSA, GKE and Azure
+// workload identity federation), the container credentials endpoint (ECS,
+// EKS Pod Identity), and the instance metadata service.
+func s3Credentials(cfg S3Config) (*credentials.Credentials, error) {
+	switch {
+	case cfg.AccessKey != "" && cfg.SecretKey != "":
+		return credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken), nil
+	case cfg.AccessKey != "" || cfg.SecretKey != "":
+		return nil, permanent(conditions.ReasonAgentMisconfigured, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set, or neither (the AWS credential chain)")
+	}
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{},
+	}), nil
+}
+
+// s3Transport trusts the public roots and, when given, the CA bundle.
+func s3Transport(cfg S3Config, secure bool) (http.RoundTripper, error) {
+	tr, err := minio.DefaultTransport(secure)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.CABundle == "" {
+		return tr, nil
+	}
+	if !secure {
+		return nil, permanent(conditions.ReasonInvalidDestination, "a CA bundle is given for the plain-HTTP endpoint %s: use https://", cfg.Endpoint)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM([]byte(cfg.CABundle)) {
+		return nil, permanent(conditions.ReasonInvalidDestination, "the S3 CA bundle holds no PEM certificate")
+	}
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return tr, nil
 }
 
 // parseEndpoint takes http://host:port or https://host (a bare host means
@@ -227,6 +284,16 @@ func (s *s3Store) List(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// untrusted reports whether err is a TLS certificate the agent does not
+// trust: an unknown signer, or a certificate for another name.
+func untrusted(err error) bool {
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	return errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) || errors.As(err, &verify)
+}
+
 // s3Error gives a store error the reason it is reported under.
 func s3Error(err error, doing string) *Error {
 	resp := minio.ToErrorResponse(err)
@@ -242,6 +309,10 @@ func s3Error(err error, doing string) *Error {
 	case minio.NoSuchKey:
 		return permanent(conditions.ReasonSnapshotNotFound, "%s: no such object", doing)
 	case "":
+		if untrusted(err) {
+			return permanent(conditions.ReasonS3CertificateNotTrusted,
+				"%s: the store's certificate is not trusted (%v); for a store whose CA is private, name a Secret holding the CA's certificate as ca.crt in the location's s3.caSecretRef", doing, err)
+		}
 		var ne net.Error
 		var ue *url.Error
 		if errors.As(err, &ne) || errors.As(err, &ue) {

@@ -38,6 +38,10 @@ const (
 	ReasonBucketNotFound = "BucketNotFound"
 	// ReasonStorageUnreachable: the object store did not answer.
 	ReasonStorageUnreachable = "StorageUnreachable"
+	// ReasonS3CertificateNotTrusted: the store's TLS certificate is not
+	// signed by a CA the agent trusts (the public roots, and the location's
+	// caSecretRef).
+	ReasonS3CertificateNotTrusted = "S3CertificateNotTrusted"
 	// ReasonStorageError: the store answered with an error not listed here.
 	ReasonStorageError = "StorageError"
 	// ReasonStorageFull: no space left on the destination volume.

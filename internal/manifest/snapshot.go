@@ -207,17 +207,24 @@ func retentionEnv(schedule *v1alpha2.EtcdSnapshotSchedule) []corev1.EnvVar {
 // is mounted at mountPath.
 func locationEnv(l v1alpha2.SnapshotLocation, mountPath string) []corev1.EnvVar {
 	if s3 := l.S3; s3 != nil {
-		creds := s3.CredentialsSecretRef.Name
-		return []corev1.EnvVar{
+		out := []corev1.EnvVar{
 			env(agentenv.EnvDestKind, agentenv.DestinationS3),
 			env(agentenv.EnvS3Endpoint, s3.Endpoint),
 			env(agentenv.EnvS3Bucket, s3.Bucket),
 			env(agentenv.EnvS3Key, s3.Key),
 			env(agentenv.EnvS3Region, s3.Region),
 			env(agentenv.EnvS3PathStyle, strconv.FormatBool(s3.ForcePathStyle)),
-			secretEnv(agentenv.EnvAccessKey, creds, agentenv.EnvAccessKey),
-			secretEnv(agentenv.EnvSecretKey, creds, agentenv.EnvSecretKey),
 		}
+		// Without a credentials Secret, the agent's AWS credential chain
+		// finds them (a workload identity's token file, for one).
+		if creds := s3.CredentialsSecretRef.Name; creds != "" {
+			out = append(out, secretEnv(agentenv.EnvAccessKey, creds, agentenv.EnvAccessKey),
+				secretEnv(agentenv.EnvSecretKey, creds, agentenv.EnvSecretKey))
+		}
+		if ca := s3.CASecretRef; ca != nil && ca.Name != "" {
+			out = append(out, secretEnv(agentenv.EnvS3CABundle, ca.Name, "ca.crt"))
+		}
+		return out
 	}
 	if pvc := l.PVC; pvc != nil {
 		return []corev1.EnvVar{

@@ -72,6 +72,14 @@ func TestSnapshotJob(t *testing.T) {
 			fromKeys: map[string]string{"AWS_ACCESS_KEY_ID": "creds/AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY": "creds/AWS_SECRET_ACCESS_KEY"},
 		},
 		{
+			name: "S3 with a private CA and no credentials Secret", cluster: clusterWith(),
+			snap: snapshotOf(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://s3.internal", Bucket: "b",
+				CASecretRef: &corev1.LocalObjectReference{Name: "store-ca"}}}),
+			env:      map[string]string{"SNAPSHOT_DEST_KIND": "s3", "S3_ENDPOINT": "https://s3.internal"},
+			noEnv:    []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"},
+			fromKeys: map[string]string{"S3_CA_BUNDLE": "store-ca/ca.crt"},
+		},
+		{
 			name: "mutual TLS to a volume", snap: snapshotOf(toPVC), cluster: clusterWith(mtls),
 			env: map[string]string{"ETCD_ENDPOINTS": "https://db-client.ns.svc:2379", "ETCD_TLS_CA_PATH": "/etc/etcd/pki/ca/ca.crt",
 				"ETCD_TLS_CERT_PATH": "/etc/etcd/pki/client/tls.crt", "ETCD_TLS_KEY_PATH": "/etc/etcd/pki/client/tls.key",

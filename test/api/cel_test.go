@@ -148,6 +148,7 @@ var celCases = []celCase{
 	// EtcdSnapshot: destination one-of and required fields.
 	{name: "snapshot to s3", kind: snapshot, spec: snapS3},
 	{name: "snapshot to pvc", kind: snapshot, spec: snapPVC},
+	{name: "snapshot to s3 by the credential chain, with a private CA", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, caSecretRef: {name: ca}}}"},
 	{name: "snapshot to s3 and pvc", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {pvc: {claimName: p}, s3: {endpoint: e, bucket: b, credentialsSecretRef: {name: c}}}", reject: "set exactly one of s3 or pvc"},
 	{name: "snapshot to nowhere", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {}", reject: "set exactly one of s3 or pvc"},
 	{name: "snapshot s3 empty bucket", kind: snapshot, spec: strings.Replace(snapS3, "bucket: b", "bucket: ''", 1), reject: "spec.destination.s3.bucket in body should be at least 1 chars long"},

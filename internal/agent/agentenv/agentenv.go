@@ -22,12 +22,15 @@ const (
 	EnvKeepLast     = "RETENTION_KEEP_LAST"
 	EnvMaxAge       = "RETENTION_MAX_AGE"
 
-	EnvDestKind       = "SNAPSHOT_DEST_KIND"
-	EnvS3Endpoint     = "S3_ENDPOINT"
-	EnvS3Bucket       = "S3_BUCKET"
-	EnvS3Key          = "S3_KEY"
-	EnvS3Region       = "S3_REGION"
-	EnvS3PathStyle    = "S3_FORCE_PATH_STYLE"
+	EnvDestKind    = "SNAPSHOT_DEST_KIND"
+	EnvS3Endpoint  = "S3_ENDPOINT"
+	EnvS3Bucket    = "S3_BUCKET"
+	EnvS3Key       = "S3_KEY"
+	EnvS3Region    = "S3_REGION"
+	EnvS3PathStyle = "S3_FORCE_PATH_STYLE"
+	// EnvS3CABundle holds PEM certificates trusted for the endpoint besides
+	// the public roots (a store whose CA is private).
+	EnvS3CABundle     = "S3_CA_BUNDLE"
 	EnvAccessKey      = "AWS_ACCESS_KEY_ID"
 	EnvSecretKey      = "AWS_SECRET_ACCESS_KEY"
 	EnvSessionToken   = "AWS_SESSION_TOKEN"

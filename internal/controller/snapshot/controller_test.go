@@ -137,6 +137,9 @@ var (
 	s3Dest = v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "http://s3", Bucket: "b",
 		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}}}
 	pvcDest = v1alpha2.SnapshotLocation{PVC: &v1alpha2.PVCLocation{ClaimName: "backups"}}
+	// s3WithCA names a CA Secret that no test creates.
+	s3WithCA = v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://s3", Bucket: "b",
+		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}, CASecretRef: &corev1.LocalObjectReference{Name: "store-ca"}}}
 )
 
 func creds(keys ...string) *corev1.Secret {
@@ -213,6 +216,7 @@ func TestSnapshotRefusedBeforeAnyJob(t *testing.T) {
 		{"no credentials Secret", []client.Object{snap(s3Dest), formed()}, "op:1", conditions.ReasonCredentialsSecretNotFound},
 		{"credentials without the secret key", []client.Object{snap(s3Dest), formed(), creds("AWS_ACCESS_KEY_ID")}, "op:1", conditions.ReasonCredentialsSecretInvalid},
 		{"no claim", []client.Object{snap(pvcDest), formed()}, "op:1", conditions.ReasonPVCNotFound},
+		{"no CA Secret", []client.Object{snap(s3WithCA), formed(), ready}, "op:1", conditions.ReasonInvalidDestination},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.objs...)

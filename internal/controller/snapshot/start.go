@@ -83,18 +83,17 @@ func (r *Reconciler) waitForCluster(p *pass, c *v1alpha2.EtcdCluster) (time.Dura
 	return left, false
 }
 
-// preflight catches what would leave the Job's Pod waiting forever instead
-// of failing: a missing credentials Secret or claim. It returns a failure
-// reason and message, or an error to retry on.
-func (r *Reconciler) preflight(ctx context.Context, s *v1alpha2.EtcdSnapshot) (string, string, error) {
-	if s3 := s.Spec.Destination.S3; s3 != nil {
+// preflightS3 checks the Secrets an S3 location names: the credentials (when
+// named; else the agent's credential chain finds them) and the CA bundle.
+func (r *Reconciler) preflightS3(ctx context.Context, ns string, s3 *v1alpha2.S3Location) (string, string, error) {
+	if name := s3.CredentialsSecretRef.Name; name != "" {
 		sec := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s3.CredentialsSecretRef.Name}, sec)
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec)
 		switch {
 		case apierrors.IsNotFound(err):
 			return conditions.ReasonCredentialsSecretNotFound, fmt.Sprintf(
 				"Secret %s with the S3 credentials does not exist: create it with keys %s and %s, then create the snapshot again",
-				s3.CredentialsSecretRef.Name, agentenv.EnvAccessKey, agentenv.EnvSecretKey), nil
+				name, agentenv.EnvAccessKey, agentenv.EnvSecretKey), nil
 		case err != nil:
 			return "", "", fmt.Errorf("reading the credentials Secret: %w", err)
 		}
@@ -103,6 +102,31 @@ func (r *Reconciler) preflight(ctx context.Context, s *v1alpha2.EtcdSnapshot) (s
 				return conditions.ReasonCredentialsSecretInvalid, fmt.Sprintf(
 					"Secret %s has no key %s: it needs %s and %s", sec.Name, key, agentenv.EnvAccessKey, agentenv.EnvSecretKey), nil
 			}
+		}
+	}
+	if ca := s3.CASecretRef; ca != nil && ca.Name != "" {
+		sec := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ca.Name}, sec)
+		switch {
+		case apierrors.IsNotFound(err):
+			return conditions.ReasonInvalidDestination, fmt.Sprintf(
+				"Secret %s with the S3 endpoint's CA (s3.caSecretRef) does not exist: create it with key ca.crt, then create the snapshot again", ca.Name), nil
+		case err != nil:
+			return "", "", fmt.Errorf("reading the CA Secret: %w", err)
+		case len(sec.Data["ca.crt"]) == 0:
+			return conditions.ReasonInvalidDestination, fmt.Sprintf("Secret %s has no key ca.crt: it holds the PEM certificate of the S3 endpoint's CA", ca.Name), nil
+		}
+	}
+	return "", "", nil
+}
+
+// preflight catches what would leave the Job's Pod waiting forever instead
+// of failing: a missing credentials Secret or claim. It returns a failure
+// reason and message, or an error to retry on.
+func (r *Reconciler) preflight(ctx context.Context, s *v1alpha2.EtcdSnapshot) (string, string, error) {
+	if s3 := s.Spec.Destination.S3; s3 != nil {
+		if reason, msg, err := r.preflightS3(ctx, s.Namespace, s3); reason != "" || err != nil {
+			return reason, msg, err
 		}
 	}
 	if pvc := s.Spec.Destination.PVC; pvc != nil {
