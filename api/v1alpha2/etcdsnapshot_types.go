@@ -34,6 +34,15 @@ type EtcdSnapshotSpec struct {
 	// whole snapshot back and needs scratch space of about twice its size.
 	// +optional
 	Verify bool `json:"verify,omitempty"`
+	// ServiceAccountName runs the snapshot's Jobs (taking it, and verifying
+	// it) as this ServiceAccount of the namespace, so that a workload
+	// identity bound to it (EKS IRSA or Pod Identity, GKE or Azure Workload
+	// Identity) gives the agent its object store credentials; leave
+	// destination.s3.credentialsSecretRef unset then. The Kubernetes API
+	// token stays unmounted. Default: the namespace's default account.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 }
 
 // SnapshotArtifact describes a stored snapshot.

@@ -100,6 +100,7 @@ func SnapshotJob(s *v1alpha2.EtcdSnapshot, c *v1alpha2.EtcdCluster, schedule *v1
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					RestartPolicy:                corev1.RestartPolicyNever,
+					ServiceAccountName:           s.Spec.ServiceAccountName,
 					AutomountServiceAccountToken: ptr.To(false),
 					EnableServiceLinks:           ptr.To(false),
 					ImagePullSecrets:             ObservedPullSecrets(c),

@@ -279,3 +279,22 @@ func TestEtcdStartsThroughTheDataGuard(t *testing.T) {
 		t.Errorf("without the operator's image etcd starts as %v", plain.Command)
 	}
 }
+
+// A snapshot that names a ServiceAccount runs its Jobs as that account, for
+// a workload identity, still without the API token; one that does not runs
+// as the namespace's default.
+func TestSnapshotJobsRunAsTheNamedServiceAccount(t *testing.T) {
+	s := storedAt(toS3, "s3://b/prefix/nightly.db")
+	if sa := SnapshotJob(s, clusterWith(), nil, "op:1").Spec.Template.Spec.ServiceAccountName; sa != "" {
+		t.Errorf("no account named, the Job runs as %q", sa)
+	}
+	s.Spec.ServiceAccountName = "backup-writer"
+	for name, spec := range map[string]corev1.PodSpec{
+		"snapshot": SnapshotJob(s, clusterWith(), nil, "op:1").Spec.Template.Spec,
+		"verify":   VerifyJob(s, mustSource(t, s), nil, "op:1", "").Spec.Template.Spec,
+	} {
+		if spec.ServiceAccountName != "backup-writer" || ptr.Deref(spec.AutomountServiceAccountToken, true) {
+			t.Errorf("%s Job: account %q, API token mounted %v", name, spec.ServiceAccountName, spec.AutomountServiceAccountToken)
+		}
+	}
+}

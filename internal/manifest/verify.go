@@ -92,6 +92,7 @@ func VerifyJob(s *v1alpha2.EtcdSnapshot, src v1alpha2.SnapshotLocation, pullSecr
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					RestartPolicy:                corev1.RestartPolicyNever,
+					ServiceAccountName:           s.Spec.ServiceAccountName,
 					AutomountServiceAccountToken: ptr.To(false),
 					EnableServiceLinks:           ptr.To(false),
 					ImagePullSecrets:             pullSecrets,
