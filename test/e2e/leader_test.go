@@ -148,12 +148,18 @@ func removeDirectly(t *testing.T, ns, name, member string) {
 	t.Fatalf("%s is not in etcd's membership", member)
 }
 
-// eventRecorded reports whether an Event of the reason mentions the text.
+// eventRecorded reports whether an Event of the reason mentions the text
+// ("" asks for any Event of the reason: it is false when there is none).
 func eventRecorded(t *testing.T, ns, reason, text string) bool {
 	t.Helper()
 	out, err := kubectl("-n", ns, "get", "events", "--field-selector", "reason="+reason, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
 	if err != nil {
 		t.Fatalf("listing events: %v\n%s", err, out)
 	}
-	return strings.Contains(out, text)
+	for _, message := range strings.Split(out, "\n") {
+		if message != "" && strings.Contains(message, text) {
+			return true
+		}
+	}
+	return false
 }
