@@ -27,7 +27,7 @@ help: ## Show the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build the pinned toolchain (Kubernetes, etcd, containerd, CoreDNS, linter) from the module proxy; prints its bin directory.
+tools: ## Build the pinned toolchain (Kubernetes, etcd, containerd, CoreDNS, linter, Helm, MinIO, cert-manager, promtool) from the module proxy; prints its bin directory.
 	@hack/tools.sh
 
 .PHONY: sandbox-deps

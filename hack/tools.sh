@@ -14,6 +14,7 @@
 #   golangci-lint/v<ver>/golangci-lint
 #   helm/v<ver>/helm
 #   minio/<ver>/minio                           the S3 server of snapshot tests
+#   promtool/<ver>/promtool                     Prometheus's rule checker (the chart's alerts)
 #   cert-manager/v<ver>-<source hash>/{cert-manager-controller,crds/}
 #                                               cert-manager's controllers (hack/cert-manager)
 #   bin/                                        symlinks to the default versions
@@ -48,6 +49,7 @@ pause_dir=$root/pause/$(sha256sum "$pause_src" | cut -c1-12)
 lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
 helm_dir=$root/helm/v$HELM_VERSION
 minio_dir=$root/minio/$MINIO_VERSION
+promtool_dir=$root/promtool/$PROMETHEUS_VERSION
 cm_src=$here/cert-manager
 # Keyed by the wiring's source (tests excluded), like the pause process.
 cm_dir=$root/cert-manager/$CERT_MANAGER_VERSION-$(cd "$cm_src" && ls go.mod go.sum *.go | grep -v '_test\.go$' | xargs cat | sha256sum | cut -c1-12)
@@ -63,13 +65,13 @@ complete() {
 	local f
 	for f in "${kube_cmds[@]/#/$kube_dir/}" "${containerd_cmds[@]/#/$containerd_dir/}" "$coredns_dir/coredns" \
 		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm" "$minio_dir/minio" \
-		"$cm_dir/cert-manager-controller"; do
+		"$cm_dir/cert-manager-controller" "$promtool_dir/promtool"; do
 		[[ -x $f ]] || return 1
 	done
 	for v in "${etcd_versions[@]}"; do
 		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
 	done
-	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio cert-manager-controller; do
+	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio cert-manager-controller promtool; do
 		[[ -x $bin/$f ]] || return 1
 	done
 	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
@@ -81,6 +83,7 @@ complete() {
 	[[ $(readlink "$bin/helm") == "$helm_dir/helm" ]] || return 1
 	[[ $(readlink "$bin/minio") == "$minio_dir/minio" ]] || return 1
 	[[ $(readlink "$bin/cert-manager-controller") == "$cm_dir/cert-manager-controller" ]] || return 1
+	[[ $(readlink "$bin/promtool") == "$promtool_dir/promtool" ]] || return 1
 }
 
 if complete; then
@@ -327,6 +330,22 @@ build_minio() {
 	finish
 }
 
+# build_promtool builds Prometheus's promtool, which checks and tests the
+# chart's alert rules. Only the command is built; nothing of Prometheus is
+# part of the operator.
+build_promtool() {
+	local v=$PROMETHEUS_VERSION mod=github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION
+	[[ -x $promtool_dir/promtool ]] && return
+	begin "promtool $v" 120
+	local w=$work/promtool
+	mkdir -p "$w/out"
+	# remove_all_sd leaves out Prometheus's service discovery (cloud SDKs):
+	# rule tests need none of it, and the build is a fraction of the size.
+	(cd "$w" && GOBIN="$w/out" gobuild install -tags remove_all_sd -trimpath -ldflags "-s -w" "$mod") || fail "$mod"
+	install_dir "$w/out" "$promtool_dir"
+	finish
+}
+
 # build_cert_manager builds hack/cert-manager, a module of its own that runs
 # cert-manager's real controllers, and copies the CRDs of the same release
 # next to it. Its directory is keyed by its source too, so a change to the
@@ -363,6 +382,7 @@ build_golangci_lint
 build_helm
 build_minio
 build_cert_manager
+build_promtool
 
 mkdir -p "$bin"
 for c in "${kube_cmds[@]}"; do link "$c" "$kube_dir/$c"; done
@@ -374,6 +394,7 @@ link golangci-lint "$lint_dir/golangci-lint"
 link helm "$helm_dir/helm"
 link minio "$minio_dir/minio"
 link cert-manager-controller "$cm_dir/cert-manager-controller"
+link promtool "$promtool_dir/promtool"
 
 ((built == 0)) || echo "tools: the toolchain is ready after $(duration "$SECONDS")" >&2
 echo "$bin"
