@@ -10,6 +10,7 @@ package metrics
 
 import (
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,6 +25,9 @@ type Metrics struct {
 	operations, reconcileErrors              *prometheus.CounterVec
 	verifications                            *prometheus.CounterVec
 	lastVerification                         *prometheus.GaugeVec
+	snapshots                                *prometheus.CounterVec
+	lastSnapshot, lastSnapshotDuration       *prometheus.GaugeVec
+	lastSnapshotSize                         *prometheus.GaugeVec
 	// Requests counts the controllers' own API requests.
 	Requests *Requests
 }
@@ -38,6 +42,10 @@ var clusterLabels = []string{LabelNamespace, LabelCluster}
 
 func clusterOf(namespace, name string) prometheus.Labels {
 	return prometheus.Labels{LabelNamespace: namespace, LabelCluster: name}
+}
+
+func snapshotGauge(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "etcd_operator", Name: name, Help: help}, append(clusterLabels, "schedule"))
 }
 
 // New creates the collectors and registers them, with the operator's build
@@ -64,12 +72,20 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 			Help: "Finished snapshot verifications by result: passed, or the Verified condition's reason (ArtifactMissing, Mismatch, RestoreFailed, VerificationFailed).",
 		}, append(clusterLabels, "result")),
 		lastVerification: gauge("snapshot_last_verification_passed", "1 when the cluster's latest finished snapshot verification passed, 0 when it failed."),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "etcd_operator", Name: "snapshots_total",
+			Help: "Finished snapshots by schedule (empty for a one-shot snapshot) and result: stored, or the Failed reason.",
+		}, append(clusterLabels, "schedule", "result")),
+		lastSnapshot:         snapshotGauge("snapshot_last_success_timestamp_seconds", "When the latest stored snapshot of the cluster (and schedule) completed, in seconds since the epoch."),
+		lastSnapshotDuration: snapshotGauge("snapshot_last_duration_seconds", "How long the latest stored snapshot took, from its Job's start to its result."),
+		lastSnapshotSize:     snapshotGauge("snapshot_last_size_bytes", "The size of the latest stored snapshot."),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "etcd_operator", Name: "build_info", Help: "Always 1; the labels say which build of the operator runs.",
 	}, []string{"version", "go_version"})
 	build.WithLabelValues(version, runtime.Version()).Set(1)
-	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors, m.verifications, m.lastVerification, build)
+	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors, m.verifications, m.lastVerification, build,
+		m.snapshots, m.lastSnapshot, m.lastSnapshotDuration, m.lastSnapshotSize)
 	m.Requests = NewRequests(reg)
 	return m
 }
@@ -139,6 +155,34 @@ func (m *Metrics) SnapshotVerified(namespace, cluster, result string) {
 	m.lastVerification.WithLabelValues(namespace, cluster).Set(passed)
 }
 
+// SnapshotResult is a finished snapshot as its metrics see it.
+type SnapshotResult struct {
+	Namespace, Cluster, Schedule string
+	// Result is SnapshotStored or the reason it failed.
+	Result    string
+	Completed time.Time
+	Duration  time.Duration
+	SizeBytes int64
+}
+
+// SnapshotStored is the result label of a stored snapshot.
+const SnapshotStored = "stored"
+
+// SnapshotFinished records a snapshot that reached Complete or Failed.
+func (m *Metrics) SnapshotFinished(r SnapshotResult) {
+	if m == nil {
+		return
+	}
+	m.snapshots.WithLabelValues(r.Namespace, r.Cluster, r.Schedule, r.Result).Inc()
+	if r.Result != SnapshotStored {
+		return
+	}
+	l := prometheus.Labels{LabelNamespace: r.Namespace, LabelCluster: r.Cluster, "schedule": r.Schedule}
+	m.lastSnapshot.With(l).Set(float64(r.Completed.Unix()))
+	m.lastSnapshotDuration.With(l).Set(r.Duration.Seconds())
+	m.lastSnapshotSize.With(l).Set(float64(r.SizeBytes))
+}
+
 // VerificationPassed is the result label of a verification that passed.
 const VerificationPassed = "passed"
 
@@ -159,6 +203,10 @@ func (m *Metrics) Forget(namespace, name string) {
 	for _, g := range []*prometheus.GaugeVec{m.desired, m.ready, m.voters, m.learners, m.leader, m.lastVerification} {
 		g.Delete(l)
 	}
+	for _, g := range []*prometheus.GaugeVec{m.lastSnapshot, m.lastSnapshotDuration, m.lastSnapshotSize} {
+		g.DeletePartialMatch(l)
+	}
+	m.snapshots.DeletePartialMatch(l)
 	m.operations.DeletePartialMatch(l)
 	m.verifications.DeletePartialMatch(l)
 	m.reconcileErrors.Delete(l)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
@@ -136,7 +137,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if werr == nil && p.verdict != "" {
 		r.Metrics.SnapshotVerified(s.Namespace, s.Spec.ClusterRef.Name, p.verdict)
 	}
+	if werr == nil {
+		r.observeFinished(p)
+	}
 	return res, err
+}
+
+// observeFinished records the snapshot's metrics in the pass that made it
+// Complete or Failed (after its status is written: once).
+func (r *Reconciler) observeFinished(p *pass) {
+	s := p.snap
+	if s.Status.Phase == p.original.Status.Phase || (s.Status.Phase != v1alpha2.SnapshotComplete && s.Status.Phase != v1alpha2.SnapshotFailed) {
+		return
+	}
+	res := metrics.SnapshotResult{Namespace: s.Namespace, Cluster: s.Spec.ClusterRef.Name, Schedule: s.Labels[manifest.LabelSchedule], Completed: p.now}
+	if s.Status.Phase == v1alpha2.SnapshotComplete {
+		res.Result = metrics.SnapshotStored
+		if s.Status.StartTime != nil {
+			res.Duration = p.now.Sub(s.Status.StartTime.Time)
+		}
+		if s.Status.Artifact != nil {
+			res.SizeBytes = s.Status.Artifact.SizeBytes
+		}
+	} else if c := conditions.Get(s.Status.Conditions, conditions.Ready); c != nil {
+		res.Result = c.Reason
+	}
+	r.Metrics.SnapshotFinished(res)
 }
 
 // advance takes a snapshot that is not final one step on.

@@ -22,6 +22,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/agent/report"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -286,5 +287,38 @@ func drain(r *events.FakeRecorder) []string {
 		default:
 			return out
 		}
+	}
+}
+
+// A finished snapshot is counted once, by result, and a stored one sets the
+// last-success gauges a "snapshot too old" alert reads.
+func TestSnapshotMetrics(t *testing.T) {
+	f := newFixture(t, snap(s3Dest), formed(), creds("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+	reg := f.withMetrics()
+	f.reconcile()
+	f.finish(true, string(report.Result{URI: "s3://b/snap.db", SizeBytes: 42, Checksum: "sha256:ab", EtcdVersion: "3.6.16"}.Encode()))
+	f.reconcile()
+	f.expect(v1alpha2.SnapshotComplete, conditions.ReasonSnapshotStored, "")
+	f.reconcile()
+	if n, _ := metricValue(t, reg, "etcd_operator_snapshots_total", map[string]string{"result": metrics.SnapshotStored, metrics.LabelCluster: "db"}); n != 1 {
+		t.Errorf("%v stored snapshots counted, want 1", n)
+	}
+	if g, ok := metricValue(t, reg, "etcd_operator_snapshot_last_size_bytes", map[string]string{metrics.LabelCluster: "db", "schedule": ""}); !ok || g != 42 {
+		t.Errorf("last size %v (%v), want 42", g, ok)
+	}
+	if g, ok := metricValue(t, reg, "etcd_operator_snapshot_last_success_timestamp_seconds", nil); !ok || g <= 0 {
+		t.Errorf("last success time %v (%v)", g, ok)
+	}
+
+	failed := newFixture(t, snap(s3Dest), formed())
+	reg = failed.withMetrics()
+	failed.reconcile()
+	failed.expect(v1alpha2.SnapshotFailed, conditions.ReasonCredentialsSecretNotFound, "")
+	failed.reconcile()
+	if n, _ := metricValue(t, reg, "etcd_operator_snapshots_total", map[string]string{"result": conditions.ReasonCredentialsSecretNotFound}); n != 1 {
+		t.Errorf("%v failures counted, want 1", n)
+	}
+	if _, ok := metricValue(t, reg, "etcd_operator_snapshot_last_success_timestamp_seconds", nil); ok {
+		t.Error("a failed snapshot set the last success time")
 	}
 }
