@@ -42,7 +42,7 @@ type S3Config struct {
 	Region         string
 	ForcePathStyle bool
 	// AccessKey and SecretKey are static credentials; when both are empty
-	// the standard AWS chain finds them (see chainCredentials).
+	// the standard AWS chain finds them (see s3Credentials).
 	AccessKey    string
 	SecretKey    string
 	SessionToken string
