@@ -70,13 +70,54 @@ cli: ## Build kubectl-etcd for linux and darwin on amd64 and arm64 (bin/cli/): b
 	for p in $(CLI_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; out=$(CLI_DIR)/kubectl-etcd-$$os-$$arch; \
 		GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $$out ./cmd/kubectl-etcd; \
-		stage=$$(mktemp -d); cp $$out $$stage/kubectl-etcd; cp README.md $$stage/; \
-		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - kubectl-etcd README.md | gzip -n > $$out.tar.gz; \
+		stage=$$(mktemp -d); cp $$out $$stage/kubectl-etcd; cp README.md LICENSE $$stage/; \
+		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - kubectl-etcd LICENSE README.md | gzip -n > $$out.tar.gz; \
 		rm -rf $$stage; \
 	done
 	cd $(CLI_DIR) && sha256sum kubectl-etcd-* > cli-SHA256SUMS.txt
 	hack/krew/render.sh $(VERSION) $(CLI_DIR)/cli-SHA256SUMS.txt > $(CLI_DIR)/etcd.yaml
 	@cat $(CLI_DIR)/cli-SHA256SUMS.txt
+
+# --- release ----------------------------------------------------------------------
+# make release builds everything a release publishes into dist/; it pushes
+# nothing (.github/workflows/release.yaml publishes on a tag).
+DIST := dist
+RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+IMAGE_PLATFORMS := linux/amd64 linux/arm64
+# The chart's version: the tag without its v, or 0.0.0-<describe> between tags.
+CHART_VERSION ?= $(shell v=$$(echo '$(VERSION)' | sed 's/^v//'); if [[ $$v =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]]; then echo "$$v"; else echo "0.0.0-$$v"; fi)
+RELEASE_LDFLAGS = -s -w -X main.version=$(VERSION)
+
+.PHONY: release
+release: tools ## Build a release into dist/ (nothing is pushed): multi-arch operator image (OCI layout), its SBOM, the packaged chart, kubectl-etcd and etcd-migrate archives, SHA256SUMS.txt, the krew manifest.
+	rm -rf $(DIST) && mkdir -p $(DIST)/bin
+	for p in $(IMAGE_PLATFORMS); do \
+		GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(DIST)/bin/manager-$${p%/*}-$${p#*/} ./cmd/etcd-operator; \
+	done
+	$(GO) run ./hack/image $(foreach p,$(IMAGE_PLATFORMS),--platform $(p)=$(DIST)/bin/manager-$(subst /,-,$(p))) \
+		--ref $(IMAGE) --out $(DIST)/etcd-operator-image.oci.tar
+	$(GO) run ./hack/sbom --name etcd-operator-image --version $(VERSION) \
+		--created "$$(git log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)" $(DIST)/bin/manager-* > $(DIST)/etcd-operator-image.spdx.json
+	"$$(hack/tools.sh --dir)/helm" package charts/etcd-operator --version $(CHART_VERSION) --app-version $(VERSION) -d $(DIST) >/dev/null
+	for cmd in kubectl-etcd etcd-migrate; do for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%/*}; arch=$${p#*/}; stage=$$(mktemp -d); \
+		GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $$stage/$$cmd ./cmd/$$cmd; \
+		cp LICENSE README.md $$stage/; \
+		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - $$cmd LICENSE README.md \
+			| gzip -n > $(DIST)/$$cmd-$$os-$$arch.tar.gz; \
+		rm -rf $$stage; \
+	done; done
+	rm -rf $(DIST)/bin
+	cd $(DIST) && sha256sum *.tar.gz *.tgz *.oci.tar *.spdx.json > SHA256SUMS.txt
+	hack/krew/render.sh $(VERSION) $(DIST)/SHA256SUMS.txt > $(DIST)/krew-etcd.yaml
+	@ls -1 $(DIST)
+
+# The release check of make test: make release, then test/release reads
+# dist/ back (the e2e tier then installs the packaged chart from it).
+.PHONY: release-check
+release-check: release $(TESTTIMES)
+	RELEASE_DIST=$(CURDIR)/$(DIST) RELEASE_VERSION=$(VERSION) RELEASE_CHART_VERSION=$(CHART_VERSION) RELEASE_IMAGE=$(IMAGE) \
+		$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 10m ./test/release/... | $(RECORD) release
 
 .PHONY: check-generate
 check-generate: ## Fail if the committed generated files are stale.
@@ -173,7 +214,7 @@ run-sandbox:
 # The integration tier: the end-to-end suites that need no real node, run on
 # procnode (a real control plane; nodes that run Pods as processes in a
 # namespace of the test's own; see docs/testing.md). Root, no sandbox.
-INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced|TestMetricsServedSecurely
+INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced|TestMetricsServedSecurely|TestQuorumLossRecovered|TestQuorumLossRecoveredFromSnapshot|TestDefragReclaimsSpace|TestDefragClearsNOSPACE
 INTEGRATION_DEPS := tools manager manager-faults $(TESTTIMES)
 .PHONY: test-integration
 test-integration: $(INTEGRATION_DEPS) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).
@@ -212,7 +253,8 @@ test-e2e: $(E2E_DEPS) ## The operator's core end-to-end suites on a sandbox of t
 
 .PHONY: run-e2e
 run-e2e:
-	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 40m -parallel 2 -run '^($(E2E_CORE))$$' -skip '$(E2E_CORE_SKIP)' ./test/e2e/... | $(RECORD) e2e
+	E2E_CHART="$$(ls $(CURDIR)/$(DIST)/etcd-operator-*.tgz 2>/dev/null | head -n1)" \
+		$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 40m -parallel 2 -run '^($(E2E_CORE))$$' -skip '$(E2E_CORE_SKIP)' ./test/e2e/... | $(RECORD) e2e
 
 # What run-sandbox, run-integration and run-e2e need, built once before they
 # run beside other steps.
@@ -247,7 +289,7 @@ soak: tools sandbox-deps sandbox-bin image image-faults ## A seeded random sched
 # the sandbox's own tests, then the integration tier beside the end-to-end
 # suites.
 TEST_STEPS := static:tools static:check-generate static:vet static:lint unit:unit static:test-deps \
-	api:test-api+cert-manager:test-cert-manager+sandbox:run-sandbox integration:run-integration+e2e:run-e2e
+	api:test-api+cert-manager:test-cert-manager+sandbox:run-sandbox+release:release-check integration:run-integration+e2e:run-e2e
 
 # make test-full: the same steps with every end-to-end suite.
 TEST_FULL_STEPS := $(filter-out integration:run-integration+e2e:run-e2e,$(TEST_STEPS)) \

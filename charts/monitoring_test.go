@@ -110,7 +110,7 @@ func ruleFile(t *testing.T, values map[string]any) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, word := range []string{"MEMBER_NOT_READY_FOR", "RECONCILE_ERRORS_FOR", "DATABASE_QUOTA_RATIO", "SNAPSHOT_MAX_AGE_SECONDS"} {
+	for _, word := range []string{"MEMBER_NOT_READY_FOR", "RECONCILE_ERRORS_FOR", "DATABASE_QUOTA_RATIO", "SNAPSHOT_MAX_AGE_SECONDS", "CERTIFICATE_EXPIRY_WARNING_SECONDS"} {
 		if strings.Contains(string(data), word) {
 			t.Errorf("the rendered rules still hold %s", word)
 		}

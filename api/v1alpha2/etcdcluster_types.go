@@ -222,6 +222,11 @@ type EtcdClusterStatus struct {
 	// time for a new target or changed certificate material.
 	// +optional
 	LastRollOut *RollOutStatus `json:"lastRollOut,omitempty"`
+	// Recovery is the plan and the progress of a recovery from quorum loss,
+	// asked for with the annotation etcd-operator.cozystack.io/recover
+	// (see RecoveryStatus).
+	// +optional
+	Recovery *RecoveryStatus `json:"recovery,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
 	// +listType=map
 	// +listMapKey=type
@@ -253,6 +258,104 @@ type RollOutStatus struct {
 	// +listType=atomic
 	// +optional
 	Restarted []string `json:"restarted,omitempty"`
+}
+
+// Phases of a recovery from quorum loss.
+const (
+	// RecoveryPlanned: the dry run's plan, waiting for consent (its token
+	// in the annotation etcd-operator.cozystack.io/recover).
+	RecoveryPlanned = "Planned"
+	// RecoveryRefused: no recovery is possible as things are; the message
+	// says why.
+	RecoveryRefused = "Refused"
+	// RecoveryNotNeeded: etcd has a leader and a quorum; nothing is done.
+	RecoveryNotNeeded = "NotNeeded"
+	// RecoveryForcingNewCluster: the survivor restarts with etcd's
+	// --force-new-cluster, as the only member of the cluster.
+	RecoveryForcingNewCluster = "ForcingNewCluster"
+	// RecoveryRemovingLost: the survivor serves alone; the discarded members
+	// are deleted.
+	RecoveryRemovingLost = "RemovingLost"
+	// RecoveryRebootstrapping: every member is gone; a new seed restores the
+	// named snapshot and forms the cluster again (a new cluster ID).
+	RecoveryRebootstrapping = "Rebootstrapping"
+	// RecoveryRegrowing: new members join through the learner path until
+	// the cluster has its desired size again.
+	RecoveryRegrowing = "Regrowing"
+	// RecoveryCompleted: the cluster is back at its desired size.
+	RecoveryCompleted = "Completed"
+)
+
+// RecoveryStatus is a recovery from quorum loss: the plan the dry run
+// reported, and once the plan's token was given back as consent, how far it
+// has come. Every phase is written before the next step acts, so an operator
+// restarted at any point goes on from the facts and this record.
+type RecoveryStatus struct {
+	// Phase: Planned, Refused, NotNeeded, ForcingNewCluster, RemovingLost,
+	// Rebootstrapping, Regrowing or Completed.
+	Phase string `json:"phase"`
+	// Request is the value of the annotation etcd-operator.cozystack.io/recover
+	// this record answers ("dry-run", or a plan's token), so that a client
+	// that set it knows the answer is to its request.
+	// +optional
+	Request string `json:"request,omitempty"`
+	// Token identifies the plan: set the annotation
+	// etcd-operator.cozystack.io/recover to it to carry the plan out. It
+	// changes whenever the plan does.
+	// +optional
+	Token string `json:"token,omitempty"`
+	// Message says what the plan does, why it was refused, or where it is.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Survivor is the member the cluster is rebuilt from: of the members
+	// whose etcd answers, the voter with the highest applied index.
+	// +optional
+	Survivor *RecoveryMember `json:"survivor,omitempty"`
+	// Snapshot is the EtcdSnapshot the cluster is rebuilt from, when the
+	// annotation etcd-operator.cozystack.io/recover-from-snapshot names one
+	// (then there is no survivor).
+	// +optional
+	Snapshot string `json:"snapshot,omitempty"`
+	// Restore is where the snapshot is read from, resolved when the plan
+	// was made.
+	// +optional
+	Restore *RestoreSpec `json:"restore,omitempty"`
+	// Discarded are the other members: deleted with their volumes once the
+	// survivor serves alone (from a snapshot: every member, first). Writes
+	// only they applied are lost.
+	// +listType=atomic
+	// +optional
+	Discarded []RecoveryMember `json:"discarded,omitempty"`
+	// PlanTime is when the plan was made.
+	// +optional
+	PlanTime *metav1.Time `json:"planTime,omitempty"`
+	// StartTime is when the consented plan started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when the cluster had its desired size again.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// RecoveryMember is a member as a recovery plan sees it.
+type RecoveryMember struct {
+	// Name of the EtcdMember.
+	Name string `json:"name"`
+	// MemberID is etcd's member ID in 16-digit hex, when known.
+	// +optional
+	MemberID string `json:"memberID,omitempty"`
+	// AppliedIndex is the raft applied index the member reported: now for
+	// the survivor, the last the operator saw for a discarded member
+	// (absent when it never saw one).
+	// +optional
+	AppliedIndex *int64 `json:"appliedIndex,omitempty"`
+	// LastSeen is when the member last answered the operator.
+	// +optional
+	LastSeen *metav1.Time `json:"lastSeen,omitempty"`
+	// State says what the operator knows of it now ("answers, no leader",
+	// "not answering", "lost: its volume was deleted").
+	// +optional
+	State string `json:"state,omitempty"`
 }
 
 // EtcdCluster is an etcd cluster run by the operator.

@@ -58,6 +58,9 @@ func main() {
 	if code, ok := runAgent(os.Args[1:]); ok {
 		os.Exit(code)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "guard-data" {
+		os.Exit(guardData(os.Args[2:]))
+	}
 	if len(os.Args) > 1 {
 		if sub, ok := subcommands[os.Args[1]]; ok {
 			if err := sub(ctrl.SetupSignalHandler(), os.Args[2:]); err != nil {
@@ -188,7 +191,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	mr := &membercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, EtcdRepository: opts.etcdRepository,
-		OperatorImage: opts.operatorImage,
+		OperatorImage: opts.operatorImage, Metrics: m,
 	}
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)
@@ -198,7 +201,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	}
 	dr := &defragcontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
-		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial,
+		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m,
 	}
 	if err := dr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdDefrag controller: %w", err)

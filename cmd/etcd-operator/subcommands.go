@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 
@@ -16,20 +17,27 @@ import (
 // subcommands run in Pods the operator makes, instead of the manager.
 var subcommands = map[string]func(ctx context.Context, args []string) error{
 	"await-join": awaitJoin,
-	"guard-data": guardData,
 }
 
-// guardData checks the member's data directory, then becomes etcd: the
-// arguments after "--" are etcd's command line.
-func guardData(_ context.Context, args []string) error {
+// guardData checks the member's data directory, then runs etcd (the
+// arguments after "--" are its command line) as its child until etcd
+// exits, and returns the code the container ends with. It takes the
+// container's signals itself, to pass them on, so it runs without the
+// manager's signal handler.
+func guardData(args []string) int {
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
-	if len(args) == 0 {
-		return errors.New("guard-data: no command to run after --")
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "guard-data:", err)
+		return 1
 	}
-	if err := dataguard.Check(os.Getenv(dataguard.EnvMemberID), os.Getenv(dataguard.EnvDataDir)); err != nil {
-		return err
+	if len(args) == 0 {
+		return fail(errors.New("no command to run after --"))
+	}
+	dataDir, stateDir := os.Getenv(dataguard.EnvDataDir), os.Getenv(dataguard.EnvStateDir)
+	if err := dataguard.Guard(os.Getenv(dataguard.EnvMemberID), dataDir, stateDir); err != nil {
+		return fail(err)
 	}
 	path, err := exec.LookPath(args[0])
 	if err != nil && !strings.Contains(args[0], "/") {
@@ -37,9 +45,16 @@ func guardData(_ context.Context, args []string) error {
 		path, err = exec.LookPath("/usr/local/bin/" + args[0])
 	}
 	if err != nil {
-		return fmt.Errorf("guard-data: %w", err)
+		return fail(err)
 	}
-	return syscall.Exec(path, args, os.Environ())
+	signals := make(chan os.Signal, 8)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	cmd := &exec.Cmd{Path: path, Args: args, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	code, err := dataguard.Supervise(cmd, signals, dataDir, stateDir)
+	if err != nil {
+		return fail(err)
+	}
+	return code
 }
 
 // awaitJoin holds a new member's Pod until etcd lists the member.

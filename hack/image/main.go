@@ -3,6 +3,13 @@
 // single layer holding the binary and a passwd entry for the non-root user.
 //
 //	go run ./hack/image --binary bin/manager --ref ghcr.io/x/etcd-operator:dev --out bin/etcd-operator-image.tar
+//
+// With --platform (repeated) it packs one image per platform into a
+// multi-platform OCI image index instead, written as an OCI layout tarball
+// (what `crane push`, `skopeo copy oci-archive:` and containerd import):
+//
+//	go run ./hack/image --platform linux/amd64=bin/m-amd64 --platform linux/arm64=bin/m-arm64 \
+//		--ref ghcr.io/x/etcd-operator:v1 --out dist/etcd-operator-image.oci.tar
 package main
 
 import (
@@ -12,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -24,12 +32,30 @@ import (
 // nonroot is the user the operator runs as, the same as distroless's.
 const nonroot = "65532"
 
+// platforms collects --platform os/arch=binary flags.
+type platforms []string
+
+func (p *platforms) String() string     { return strings.Join(*p, ",") }
+func (p *platforms) Set(v string) error { *p = append(*p, v); return nil }
+
 func main() {
 	binary := flag.String("binary", "bin/manager", "static binary to put at /manager")
 	ref := flag.String("ref", "ghcr.io/seed74754924/etcd-operator:dev", "image reference to tag the image with")
 	out := flag.String("out", "bin/etcd-operator-image.tar", "tarball to write")
+	var ps platforms
+	flag.Var(&ps, "platform", "os/arch=binary: one image of a multi-platform index (repeat); the output is then an OCI layout tarball")
+	pushFrom := flag.String("push", "", "an OCI layout tarball written with --platform: push its image index to --ref instead of building")
 	flag.Parse()
-	if err := build(*binary, *ref, *out); err != nil {
+	var err error
+	switch {
+	case *pushFrom != "":
+		err = push(*pushFrom, *ref)
+	case len(ps) > 0:
+		err = buildIndex(ps, *ref, *out)
+	default:
+		err = build(*binary, *ref, *out)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -41,30 +67,39 @@ func build(binary, ref, out string) error {
 	if err != nil {
 		return fmt.Errorf("bad reference %q: %w", ref, err)
 	}
-	bin, err := os.ReadFile(binary)
+	img, err := image(binary, "linux", "amd64")
 	if err != nil {
 		return err
 	}
+	return tarball.WriteToFile(out, tag, img)
+}
+
+// image is the operator image for one platform.
+func image(binary, goos, arch string) (v1.Image, error) {
+	bin, err := os.ReadFile(binary)
+	if err != nil {
+		return nil, err
+	}
 	layerTar, err := rootfs(bin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
+	cfg.OS, cfg.Architecture = goos, arch
 	cfg.Config = v1.Config{
 		Entrypoint: []string{"/manager"},
 		User:       nonroot + ":" + nonroot,
@@ -72,11 +107,7 @@ func build(binary, ref, out string) error {
 		Env:        []string{"PATH=/"},
 		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/seed74754924/etcd-operator"},
 	}
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		return err
-	}
-	return tarball.WriteToFile(out, tag, img)
+	return mutate.ConfigFile(img, cfg)
 }
 
 // rootfs is the single layer: /manager, /etc/passwd and /etc/group naming the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -22,6 +23,34 @@ type testTime struct {
 
 	// started is when the test started, or resumed if it is parallel.
 	started time.Time
+	// said is the last few lines the test logged ("file_test.go:12: ..."),
+	// which for a failing test usually end with why it failed.
+	said []string
+}
+
+// keptLines is how many of a test's logged lines a failure quotes, and
+// keptWidth how much of each.
+const (
+	keptLines = 3
+	keptWidth = 240
+)
+
+// logLine matches a line a test logged with t.Log, t.Error or t.Fatal.
+var logLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
+
+// remember keeps a logged line, the last keptLines of them.
+func (t *testTime) remember(output string) {
+	if !logLine.MatchString(output) {
+		return
+	}
+	line := strings.TrimSpace(output)
+	if len(line) > keptWidth {
+		line = line[:keptWidth] + " ..."
+	}
+	t.said = append(t.said, line)
+	if len(t.said) > keptLines {
+		t.said = t.said[len(t.said)-keptLines:]
+	}
 }
 
 func (t *testTime) topLevel() bool { return !strings.Contains(t.Test, "/") }
@@ -74,15 +103,21 @@ func readEvents(path, tier string) (*tierEvents, error) {
 	return te, nil
 }
 
-func (te *tierEvents) add(tier string, ev *event, running map[string]int) {
-	if !ev.Time.IsZero() {
-		if te.first.IsZero() || ev.Time.Before(te.first) {
-			te.first = ev.Time
-		}
-		if ev.Time.After(te.last) {
-			te.last = ev.Time
-		}
+// widen stretches the span of the events' times to t.
+func (te *tierEvents) widen(t time.Time) {
+	if t.IsZero() {
+		return
 	}
+	if te.first.IsZero() || t.Before(te.first) {
+		te.first = t
+	}
+	if t.After(te.last) {
+		te.last = t
+	}
+}
+
+func (te *tierEvents) add(tier string, ev *event, running map[string]int) {
+	te.widen(ev.Time)
 	if ev.Package == "" {
 		return
 	}
@@ -91,6 +126,10 @@ func (te *tierEvents) add(tier string, ev *event, running map[string]int) {
 	case ev.Test != "" && ev.Action == "run":
 		running[key] = len(te.tests)
 		te.tests = append(te.tests, testTime{Tier: tier, Package: ev.Package, Test: ev.Test, started: ev.Time})
+	case ev.Test != "" && ev.Action == "output":
+		if i, ok := running[key]; ok {
+			te.tests[i].remember(ev.Output)
+		}
 	case ev.Test != "" && ev.Action == "cont":
 		if i, ok := running[key]; ok {
 			te.tests[i].started = ev.Time
@@ -160,6 +199,8 @@ type failure struct {
 	Package string `json:"package"`
 	Test    string `json:"test,omitempty"`
 	What    string `json:"what"`
+	// Said is the last lines the test logged before it failed.
+	Said []string `json:"said,omitempty"`
 }
 
 // failures lists the packages that did not build, the failing tests none of
@@ -181,7 +222,7 @@ func (te *tierEvents) failures(tier string) []failure {
 		if t.Result == "unfinished" {
 			what = "did not finish: still running when its package (or the run) ended"
 		}
-		out = append(out, failure{Tier: tier, Package: t.Package, Test: t.Test, What: what})
+		out = append(out, failure{Tier: tier, Package: t.Package, Test: t.Test, What: what, Said: t.said})
 	}
 	for _, name := range te.pkgOrder {
 		switch p := te.packages[name]; {

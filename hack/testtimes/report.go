@@ -16,8 +16,8 @@ func (s *summary) text() string {
 	}
 	s.testTable(&b, fmt.Sprintf("Slowest tests (%d of %d)", len(s.SlowestTests), s.TestCount), s.SlowestTests)
 	s.testTable(&b, fmt.Sprintf("Slowest subtests (%d of %d)", len(s.SlowestSubtests), s.SubtestCount), s.SlowestSubtests)
-	s.failureList(&b)
 	s.tierTable(&b)
+	s.failureList(&b) // last, where the tail of a CI log shows it
 	return b.String()
 }
 
@@ -70,6 +70,17 @@ func (s *summary) failureList(b *strings.Builder) {
 	}
 	_ = w.Flush()
 	writeTrimmed(b, table.String())
+	// What the failing tests last said, so that the end of a CI log is
+	// enough to know why it failed.
+	for _, f := range s.Failures {
+		if len(f.Said) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "  %s said last:\n", f.Test)
+		for _, line := range f.Said {
+			fmt.Fprintf(b, "      %s\n", line)
+		}
+	}
 }
 
 func (s *summary) tierTable(b *strings.Builder) {

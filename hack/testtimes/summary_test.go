@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -73,12 +74,6 @@ Slowest subtests (3 of 8)
       0.06  unit  example.com/scratch/pass  TestTable/60ns
       0.04  api   example.com/scratch/fail  TestBad/broken  FAIL
 
-Failures
-  api  example.com/scratch/fail    TestBad/broken   failed
-  api  example.com/scratch/fail    TestRace/leader  failed
-  api  example.com/scratch/slow    TestHangs        did not finish: still running when its package (or the run) ended
-  api  example.com/scratch/broken                   build failed
-
 Tiers
   tier                seconds  result    tests failed skipped
   static                61.50  passed
@@ -91,6 +86,19 @@ Tiers
   cert-manager              -  not run
   e2e                       -  not run
   total                226.50
+
+Failures
+  api  example.com/scratch/fail    TestBad/broken   failed
+  api  example.com/scratch/fail    TestRace/leader  failed
+  api  example.com/scratch/slow    TestHangs        did not finish: still running when its package (or the run) ended
+  api  example.com/scratch/broken                   build failed
+  TestBad/broken said last:
+      fail_test.go:15: want 3 members, got 2
+  TestRace/leader said last:
+      fail_test.go:23: leader started
+      fail_test.go:26: leader lost its lease
+  TestHangs said last:
+      slow_test.go:9: waiting for quorum
 `
 
 func TestSummaryOfAMakeTestRunThatFailed(t *testing.T) {
@@ -223,10 +231,11 @@ func TestSummaryOfAKilledRun(t *testing.T) {
 		t.Errorf("unit tier is %+v, want running, timed by make", got)
 	}
 	hangs := failure{Tier: "unit", Package: "example.com/scratch/slow", Test: "TestHangs",
-		What: "did not finish: still running when its package (or the run) ended"}
+		What: "did not finish: still running when its package (or the run) ended",
+		Said: []string{"slow_test.go:9: waiting for quorum"}}
 	found := false
 	for _, f := range sum.Failures {
-		found = found || f == hangs
+		found = found || reflect.DeepEqual(f, hangs)
 	}
 	if !found {
 		t.Errorf("failures %+v do not include %+v", sum.Failures, hangs)

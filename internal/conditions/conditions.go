@@ -45,6 +45,14 @@ const (
 	ReasonWaitingForMembers  = "WaitingForMembers"
 	ReasonPromotingLearner   = "PromotingLearner"
 	ReasonRemovingStray      = "RemovingStrayMember"
+	// ReasonRecoveryPlanned: a recovery from quorum loss was planned (the
+	// dry run) and waits for consent.
+	ReasonRecoveryPlanned = "RecoveryPlanned"
+	// ReasonRecoveringQuorum: a consented recovery from quorum loss is under
+	// way.
+	ReasonRecoveringQuorum = "RecoveringQuorum"
+	// ReasonRecoveryRefused: a recovery was asked for and cannot be done.
+	ReasonRecoveryRefused = "RecoveryRefused"
 	// ReasonClusterIDMismatch: etcd answers with another cluster ID than
 	// the one latched; no membership change is made.
 	ReasonClusterIDMismatch = "ClusterIDMismatch"

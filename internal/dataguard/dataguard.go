@@ -11,10 +11,22 @@
 // then on its data directory must hold a write-ahead log, and a member
 // whose directory does not is lost and replaced as a new member.
 //
+// The member ID reaches the Pod only after the member's etcd first ran (it
+// is what etcd reports), so a container restarted in the seconds after a
+// join, its volume wiped, may not have it yet. The guard therefore also
+// leaves a mark in a directory that lives as long as the Pod (an emptyDir)
+// once it has seen a write-ahead log there, at a start or while etcd runs:
+// from then on a start without a log is refused whatever the member ID
+// says. A start that finds none while no log was ever seen lets etcd run:
+// etcd may exit before it writes its first log (a joining member that
+// cannot reach its peers yet), and the restarts that follow are first
+// starts too.
+//
 // The guard runs as the etcd container's entrypoint (the operator's binary,
-// copied into the Pod by an init container): it checks, and then becomes
-// etcd (exec), so every start of the container is checked, including a
-// restart in place after the volume was wiped under a running Pod.
+// copied into the Pod by an init container): it checks, then runs etcd as
+// its child, passing signals on and ending with etcd's exit code, so every
+// start of the container is checked, including a restart in place after
+// the volume was wiped under a running Pod.
 package dataguard
 
 import (
@@ -32,7 +44,44 @@ const (
 	EnvMemberID = "ETCD_GUARD_MEMBER_ID"
 	// EnvDataDir is etcd's --data-dir.
 	EnvDataDir = "ETCD_GUARD_DATA_DIR"
+	// EnvStateDir is a directory that lives as long as the Pod, where the
+	// guard marks that a start found a log; empty in Pods of older
+	// operators.
+	EnvStateDir = "ETCD_GUARD_STATE_DIR"
 )
+
+// walSeenMark is the file in the state directory that says a start in
+// this Pod found a write-ahead log.
+const walSeenMark = "etcd-log-seen"
+
+// Guard checks a start of etcd: refused (ErrNoWAL) when the data directory
+// has no write-ahead log and either the member has run (memberID set) or a
+// start in this Pod found a log before (the mark in stateDir). A start that
+// finds a log marks it; one that finds none (a member whose etcd has not
+// written its log yet) lets etcd run.
+func Guard(memberID, dataDir, stateDir string) error {
+	mark := ""
+	if stateDir != "" {
+		mark = filepath.Join(stateDir, walSeenMark)
+		if _, err := os.Stat(mark); err == nil && memberID == "" {
+			memberID = "(its log was seen in this Pod before)"
+		}
+	}
+	if err := Check(memberID, dataDir); err != nil {
+		return err
+	}
+	if mark == "" || dataDir == "" {
+		return nil
+	}
+	found, err := hasWAL(dataDir)
+	if err != nil || !found {
+		return err
+	}
+	if err := os.WriteFile(mark, nil, 0o600); err != nil {
+		return fmt.Errorf("marking the log seen in %s: %w", stateDir, err)
+	}
+	return nil
+}
 
 // Refusal is the start of the line the guard exits with; the member
 // controller reads it from the container's termination message.
@@ -51,17 +100,27 @@ func Check(memberID, dataDir string) error {
 	if dataDir == "" {
 		return fmt.Errorf("%s is set but %s is not", EnvMemberID, EnvDataDir)
 	}
+	found, err := hasWAL(dataDir)
+	if err != nil || found {
+		return err
+	}
 	walDir := filepath.Join(dataDir, "member", "wal")
-	entries, err := os.ReadDir(walDir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("reading %s: %w", walDir, err)
-	}
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".wal") {
-			return nil
-		}
-	}
 	return fmt.Errorf("%w (%s holds no .wal file) for member %s, which has run before: "+
 		"its data was lost, and etcd would rejoin as that member having forgotten its votes; "+
 		"the operator replaces it with a new member", ErrNoWAL, walDir, memberID)
+}
+
+// hasWAL reports whether dataDir holds a write-ahead log file.
+func hasWAL(dataDir string) (bool, error) {
+	walDir := filepath.Join(dataDir, "member", "wal")
+	entries, err := os.ReadDir(walDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("reading %s: %w", walDir, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".wal") {
+			return true, nil
+		}
+	}
+	return false, nil
 }

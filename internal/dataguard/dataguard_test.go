@@ -44,3 +44,54 @@ func TestCheck(t *testing.T) {
 		t.Errorf("a member ID without a data directory: %v", err)
 	}
 }
+
+// A restart in the same Pod without a log is refused once a start there
+// saw one, even before the member ID reached the Pod. A start that found no
+// log marks nothing: etcd may exit before it writes its first log (a join
+// that cannot reach its peers yet), and its restarts must not be refused.
+func TestGuardMarksASeenLog(t *testing.T) {
+	state, data := t.TempDir(), t.TempDir()
+	for i := range 3 {
+		if err := Guard("", data, state); err != nil {
+			t.Fatalf("start %d of a new member whose etcd never wrote its log: %v", i+1, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(state, walSeenMark)); err == nil {
+		t.Fatal("a start without a log marked the Pod")
+	}
+	writeWAL(t, data)
+	if err := Guard("", data, state); err != nil {
+		t.Fatalf("a restart in the same Pod with its log: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, walSeenMark)); err != nil {
+		t.Fatalf("the log seen is not marked: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(data, "member")); err != nil {
+		t.Fatal(err)
+	}
+	if err := Guard("", data, state); !errors.Is(err, ErrNoWAL) {
+		t.Fatalf("a restart in the same Pod after its log was wiped: %v, want refused", err)
+	}
+	// A new Pod (a new state directory) of a member that never ran.
+	if err := Guard("", t.TempDir(), t.TempDir()); err != nil {
+		t.Fatalf("a new Pod: %v", err)
+	}
+	// Pods of older operators have no state directory.
+	if err := Guard("", t.TempDir(), ""); err != nil {
+		t.Fatalf("without a state directory: %v", err)
+	}
+	// The member ID alone still refuses an empty directory.
+	if err := Guard("8e9e05c52164694d", t.TempDir(), t.TempDir()); !errors.Is(err, ErrNoWAL) {
+		t.Fatalf("a member that ran, in a new Pod, directory wiped: %v, want refused", err)
+	}
+}
+
+func writeWAL(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, "member", "wal"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "member", "wal", "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

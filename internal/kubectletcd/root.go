@@ -112,7 +112,7 @@ EtcdCluster (or, for Pods the operator did not create, from the Pod's flags).`,
 	root.AddCommand(
 		a.statusCommand(), a.membersCommand(), a.defragCommand(), a.compactCommand(), a.alarmCommand(),
 		a.forfeitLeadershipCommand(), a.leaveCommand(), a.removeMemberCommand(), a.addMemberCommand(), a.promoteMemberCommand(),
-		a.snapshotCommand(), a.versionCommand(),
+		a.snapshotCommand(), a.recoverCommand(), a.versionCommand(),
 	)
 	for _, c := range root.Commands() {
 		wrapArgs(c)

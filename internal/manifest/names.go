@@ -50,11 +50,29 @@ const (
 	// never bootstraps a second cluster.
 	AnnotationInitialClusterState = Prefix + "initial-cluster-state"
 
+	// AnnotationRecover on an EtcdCluster asks for a recovery from quorum
+	// loss: RecoverDryRun has the operator only plan it (status.recovery),
+	// and the plan's token carries that plan out.
+	AnnotationRecover = Prefix + "recover"
+	// AnnotationRecoverFromSnapshot names, beside AnnotationRecover, an
+	// EtcdSnapshot to rebuild the cluster from instead of a survivor.
+	AnnotationRecoverFromSnapshot = Prefix + "recover-from-snapshot"
+	// AnnotationForceNewCluster marks the survivor of a recovery. On the
+	// EtcdMember it holds the plan's token; on the member's Pod, "true" feeds
+	// etcd's ETCD_FORCE_NEW_CLUSTER through the downward API, read at every
+	// start of the container, so the operator takes it off the Pod (and
+	// the member) as soon as the survivor serves alone, and no restart after
+	// that forces again.
+	AnnotationForceNewCluster = Prefix + "force-new-cluster"
+
 	// AnnotationAllowDeletion "true" (exactly) on an EtcdMember lets anyone
 	// delete it past the chart's admission guard (memberDeletionProtection),
 	// which otherwise admits only the operator and Kubernetes' own
 	// controllers. The operator itself never reads it.
 	AnnotationAllowDeletion = Prefix + "allow-deletion"
+
+	// RecoverDryRun is the AnnotationRecover value that only plans.
+	RecoverDryRun = "dry-run"
 
 	// MemberFinalizer removes the member from etcd before the EtcdMember goes.
 	MemberFinalizer = Prefix + "member-cleanup"

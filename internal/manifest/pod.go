@@ -78,7 +78,7 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 			SecurityContext:              podSecurity(m),
 			InitContainers:               slices.Concat(joinGate(m, opts), toolsInstall(opts), restoreInitContainers(m, opts)),
 			Containers:                   []corev1.Container{etcdContainer(m, opts)},
-			Volumes:                      slices.Concat(volumes(m), toolsVolumes(opts), restoreVolumes(m, opts)),
+			Volumes:                      slices.Concat(volumes(m), toolsVolumes(opts), guardVolumes(opts), restoreVolumes(m, opts)),
 		},
 	}
 	if opts.SecretHashes != "" {
@@ -86,6 +86,9 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 	}
 	if m.Status.MemberID != "" {
 		pod.Annotations[AnnotationMemberID] = m.Status.MemberID
+	}
+	if m.Annotations[AnnotationForceNewCluster] != "" {
+		pod.Annotations[AnnotationForceNewCluster] = "true"
 	}
 	return pod
 }
@@ -104,10 +107,27 @@ func guarded(m *v1alpha2.EtcdMember, opts PodOptions, c *corev1.Container) {
 	c.Command = append([]string{toolsPath + "/" + agentenv.ToolName, "guard-data", "--"}, c.Command...)
 	c.Env = append(c.Env,
 		corev1.EnvVar{Name: dataguard.EnvDataDir, Value: MemberDataDir(m)},
+		corev1.EnvVar{Name: dataguard.EnvStateDir, Value: guardStatePath},
 		corev1.EnvVar{Name: dataguard.EnvMemberID, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
 			FieldPath: fmt.Sprintf("metadata.annotations['%s']", AnnotationMemberID),
 		}}})
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: toolsVol, MountPath: toolsPath, ReadOnly: true})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: toolsVol, MountPath: toolsPath, ReadOnly: true},
+		corev1.VolumeMount{Name: guardStateVol, MountPath: guardStatePath})
+}
+
+// The data guard's state: a directory that lives as long as the Pod.
+const (
+	guardStateVol  = "guard-state"
+	guardStatePath = "/run/etcd-guard"
+)
+
+// guardVolumes is the data guard's state directory, when etcd runs through
+// the guard.
+func guardVolumes(opts PodOptions) []corev1.Volume {
+	if opts.OperatorImage == "" {
+		return nil
+	}
+	return []corev1.Volume{{Name: guardStateVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 }
 
 func podLabels(m *v1alpha2.EtcdMember) map[string]string {
@@ -127,6 +147,12 @@ func etcdContainer(m *v1alpha2.EtcdMember, opts PodOptions) corev1.Container {
 			Name: "ETCD_INITIAL_CLUSTER_STATE",
 			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
 				FieldPath: fmt.Sprintf("metadata.annotations['%s']", AnnotationInitialClusterState),
+			}},
+		}, {
+			// Empty (etcd ignores it) but on a recovery's survivor.
+			Name: "ETCD_FORCE_NEW_CLUSTER",
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+				FieldPath: fmt.Sprintf("metadata.annotations['%s']", AnnotationForceNewCluster),
 			}},
 		}},
 		Ports: []corev1.ContainerPort{

@@ -248,7 +248,8 @@ func TestRestoreInitContainersFromAVolume(t *testing.T) {
 
 func TestNoRestoreNoRestoreContainer(t *testing.T) {
 	pod := Pod(member(), restoreOpts)
-	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != InstallToolsContainer || len(pod.Spec.Volumes) != 2 {
+	// The data, the operator's tools, the data guard's state.
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != InstallToolsContainer || len(pod.Spec.Volumes) != 3 {
 		t.Errorf("a member without a restore has init containers %v, volumes %v", pod.Spec.InitContainers, pod.Spec.Volumes)
 	}
 	if pod := Pod(member(), PodOptions{}); len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Volumes) != 1 {

@@ -1,7 +1,9 @@
 // Package metrics holds the operator's Prometheus metrics per cluster: desired
 // and ready members, voters, learners, whether etcd has a leader, membership
-// operations by kind and result, reconcile errors, and snapshot
-// verifications; and the operator's build.
+// operations by kind and result, reconcile errors, snapshots and their
+// verifications, defragmentation runs, restores, recoveries from quorum
+// loss, and the expiry of the certificates its members mount; and the
+// operator's build.
 //
 // A cluster's series are labelled etcd_cluster_namespace and etcd_cluster:
 // "namespace" is the label a scrape gives the operator's own Pod, and
@@ -28,6 +30,7 @@ type Metrics struct {
 	snapshots                                *prometheus.CounterVec
 	lastSnapshot, lastSnapshotDuration       *prometheus.GaugeVec
 	lastSnapshotSize                         *prometheus.GaugeVec
+	dayTwo
 	// Requests counts the controllers' own API requests.
 	Requests *Requests
 }
@@ -79,6 +82,7 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 		lastSnapshot:         snapshotGauge("snapshot_last_success_timestamp_seconds", "When the latest stored snapshot of the cluster (and schedule) completed, in seconds since the epoch."),
 		lastSnapshotDuration: snapshotGauge("snapshot_last_duration_seconds", "How long the latest stored snapshot took, from its Job's start to its result."),
 		lastSnapshotSize:     snapshotGauge("snapshot_last_size_bytes", "The size of the latest stored snapshot."),
+		dayTwo:               newDayTwo(),
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "etcd_operator", Name: "build_info", Help: "Always 1; the labels say which build of the operator runs.",
@@ -86,6 +90,7 @@ func New(reg prometheus.Registerer, version string) *Metrics {
 	build.WithLabelValues(version, runtime.Version()).Set(1)
 	reg.MustRegister(m.desired, m.ready, m.voters, m.learners, m.leader, m.operations, m.reconcileErrors, m.verifications, m.lastVerification, build,
 		m.snapshots, m.lastSnapshot, m.lastSnapshotDuration, m.lastSnapshotSize)
+	reg.MustRegister(m.collectors()...)
 	m.Requests = NewRequests(reg)
 	return m
 }
@@ -210,4 +215,5 @@ func (m *Metrics) Forget(namespace, name string) {
 	m.operations.DeletePartialMatch(l)
 	m.verifications.DeletePartialMatch(l)
 	m.reconcileErrors.Delete(l)
+	m.forget(l)
 }

@@ -26,10 +26,11 @@ type process struct {
 	err    error
 }
 
-// stop sends SIGTERM to the container's processes and SIGKILL at the
-// deadline if they are still there.
+// stop sends SIGTERM to the container's first process, as a container
+// runtime does (it passes it on, or not), and SIGKILL to all of the
+// container's processes at the deadline if it is still there.
 func (p *process) stop(deadline time.Time) {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
 	case <-time.After(time.Until(deadline)):
@@ -75,6 +76,9 @@ func (r *podRunner) runOnce(c corev1.Container, report func(corev1.ContainerStat
 		going = true
 		p.stop(time.Now())
 	}
+	// What the first process leaves behind ends with it, as a PID
+	// namespace's processes end with its first.
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	r.mu.Lock()
 	delete(r.procs, c.Name)
 	r.mu.Unlock()

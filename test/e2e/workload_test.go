@@ -38,6 +38,9 @@ type writer struct {
 	t       *testing.T
 	ns      string
 	cluster string
+	// space is what the writer's keys are under: the cluster's name, or
+	// another for a second writer of the same cluster.
+	space string
 
 	mu      sync.Mutex
 	acked   map[string]string
@@ -58,7 +61,14 @@ type writer struct {
 
 func startWriter(t *testing.T, ns, cluster string) *writer {
 	t.Helper()
-	w := &writer{t: t, ns: ns, cluster: cluster, acked: map[string]string{}, marks: map[string]time.Time{},
+	return startWriterIn(t, ns, cluster, cluster)
+}
+
+// startWriterIn starts a writer whose keys are under space, apart from
+// every other writer's.
+func startWriterIn(t *testing.T, ns, cluster, space string) *writer {
+	t.Helper()
+	w := &writer{t: t, ns: ns, cluster: cluster, space: space, acked: map[string]string{}, marks: map[string]time.Time{},
 		stop: make(chan struct{}), done: make(chan struct{}), start: time.Now()}
 	w.lastSeq.Store(-1)
 	readerDone := make(chan struct{})
@@ -140,11 +150,11 @@ func (w *writer) reconnect(c *clientv3.Client) *clientv3.Client {
 // put writes one key and reports whether the client's credentials were
 // refused.
 func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
-	key, value := fmt.Sprintf("e2e/%s/%08d", w.cluster, seq), fmt.Sprintf("v%d-%d", seq, time.Now().UnixNano())
+	key, value := fmt.Sprintf("e2e/%s/%08d", w.space, seq), fmt.Sprintf("v%d-%d", seq, time.Now().UnixNano())
 	if seq%4 == 3 {
 		// A key written over and over: its reads check the order of
 		// writes, not only their presence.
-		key = registerKey(w.cluster)
+		key = registerKey(w.space)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -152,7 +162,7 @@ func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
 	_, err := c.Put(ctx, key, value)
 	w.hist.Record(history.Op{Client: 0, Kind: history.Put, Key: key, Value: value, Call: call, Return: time.Now(), Err: err})
 	w.lastSeq.Store(int64(seq))
-	if key == registerKey(w.cluster) {
+	if key == registerKey(w.space) {
 		return err != nil && errors.Is(etcd.Classify(err), etcd.ErrAuthFailed)
 	}
 	w.mu.Lock()
@@ -177,9 +187,9 @@ func (w *writer) read(c *clientv3.Client, seq int) bool {
 	if last < 0 {
 		return false
 	}
-	key := registerKey(w.cluster)
+	key := registerKey(w.space)
 	if seq%2 == 0 {
-		key = fmt.Sprintf("e2e/%s/%08d", w.cluster, max(0, last-int64(seq%3)))
+		key = fmt.Sprintf("e2e/%s/%08d", w.space, max(0, last-int64(seq%3)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -201,7 +211,7 @@ func (w *writer) read(c *clientv3.Client, seq int) bool {
 func (w *writer) checkLinearizable() {
 	w.t.Helper()
 	ops := w.hist.Ops()
-	file, _ := filepath.Abs(filepath.Join("..", "..", "bin", "histories", strings.NewReplacer("/", "_", " ", "_").Replace(w.t.Name())+"-"+w.cluster+".html"))
+	file, _ := filepath.Abs(filepath.Join("..", "..", "bin", "histories", strings.NewReplacer("/", "_", " ", "_").Replace(w.t.Name())+"-"+w.space+".html"))
 	_ = os.MkdirAll(filepath.Dir(file), 0o755)
 	v, err := history.Check(ops, time.Minute, file)
 	switch {
@@ -237,6 +247,20 @@ func (w *writer) ackedBetween(from, to string) int {
 		}
 	}
 	return n
+}
+
+// firstAckAfter is when the first write after the mark was acknowledged
+// (zero if none was).
+func (w *writer) firstAckAfter(mark string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lo := w.markTime(mark, w.start)
+	for _, at := range w.ackedAt {
+		if !at.Before(lo) {
+			return at
+		}
+	}
+	return time.Time{}
 }
 
 func (w *writer) markTime(name string, otherwise time.Time) time.Time {
@@ -335,7 +359,7 @@ func (w *writer) readBack() map[string]string {
 		defer func() { _ = c.Close() }()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		resp, err = c.Get(ctx, "e2e/"+w.cluster+"/", clientv3.WithPrefix())
+		resp, err = c.Get(ctx, "e2e/"+w.space+"/", clientv3.WithPrefix())
 		return err == nil, fmt.Sprint(err)
 	})
 	have := map[string]string{}

@@ -88,6 +88,10 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return r.downgrade(ctx, w, c)
 	case enableAuth:
 		return r.turnOnAuth(ctx, w)
+	case forceNewCluster:
+		return outcome{err: r.forceNewCluster(ctx, w, c.member, c.message)}
+	case clearForce:
+		return outcome{err: r.clearForce(ctx, w, c.member)}
 	}
 	return outcome{err: fmt.Errorf("unknown change %d", c.kind)}
 }
@@ -169,6 +173,10 @@ func (r *Reconciler) createMember(ctx context.Context, w *world, seed bool) (*v1
 	m := manifest.NewMember(w.cluster, seed)
 	if !seed {
 		m.Spec.Version = joinVersion(w)
+	}
+	if rec := w.cluster.Status.Recovery; seed && rec != nil && rec.Phase == v1alpha2.RecoveryRebootstrapping && rec.Restore != nil {
+		// A cluster rebuilt from a snapshot (recover.go).
+		m.Spec.Restore = rec.Restore.DeepCopy()
 	}
 	if err := r.Client.Create(ctx, m); err != nil {
 		r.Metrics.MembershipOp(w.cluster, "create", err)

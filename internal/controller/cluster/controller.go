@@ -57,6 +57,7 @@ type Reconciler struct {
 	ClusterDomain string
 
 	expect expectations
+	seen   seenCache
 }
 
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdclusters,verbs=get;list;watch
@@ -64,6 +65,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=patch
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdsnapshots,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
@@ -96,6 +98,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // them again: Secrets are not watched (that would cache every Secret).
 const secretPoll = 30 * time.Second
 
+// alarmPoll is how often a cluster with an etcd alarm raised looks again:
+// alarms are disarmed in etcd (by a defrag run, or by hand) under no watch,
+// and the Degraded condition must not keep reporting one that is gone.
+const alarmPoll = 10 * time.Second
+
 // Reconcile observes, plans one change, carries it out and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cluster := &v1alpha2.EtcdCluster{}
@@ -103,6 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.Metrics.Forget(req.Namespace, req.Name)
 			r.expect.forget(req.String())
+			r.seen.forget(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -110,6 +118,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Members, Pods, PVCs, Services and the PDB go through owner
 		// references; nothing is created or changed meanwhile.
 		return ctrl.Result{}, nil
+	}
+	if !r.expect.statusSeen(req.String(), cluster.ResourceVersion, r.Clock.Now()) {
+		// The cache still holds the cluster as it was before our last
+		// status write; the write's watch event brings us back.
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	w, err := r.observe(ctx, cluster)
 	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, err) {
@@ -141,6 +154,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcd.list, w.etcd.leader)
+	r.observeDayTwo(w)
 	if o.err != nil {
 		r.Metrics.ReconcileError(cluster.Namespace, cluster.Name)
 		return ctrl.Result{}, o.err
@@ -169,9 +183,9 @@ func (r *Reconciler) maintain(ctx context.Context, w *world) {
 }
 
 // requeue is the shortest of the timers the pass waits on: the plan's or the
-// action's, the progress deadline, a joining member's own deadline, and,
-// for members that mount Secrets, the poll that notices rotated
-// certificates.
+// action's, the progress deadline, a joining member's own deadline, for
+// members that mount Secrets the poll that notices rotated certificates, and
+// while etcd reports an alarm the poll that notices it disarmed.
 func requeue(w *world, p plan, o outcome) time.Duration {
 	var next time.Duration
 	consider := func(d *time.Duration, pad time.Duration) {
@@ -189,6 +203,9 @@ func requeue(w *world, p plan, o outcome) time.Duration {
 	consider(joinDeadline(w), time.Second)
 	if len(w.secrets) > 0 {
 		consider(ptr.To(secretPoll-time.Second), time.Second)
+	}
+	if len(w.alarms()) > 0 {
+		consider(ptr.To(alarmPoll), 0)
 	}
 	return next
 }

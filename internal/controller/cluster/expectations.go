@@ -14,6 +14,14 @@ import (
 type expectations struct {
 	mu      sync.Mutex
 	pending map[string]*expected
+	// status holds, per cluster, the resourceVersion its object had before
+	// this process last wrote its status, until the cache shows another.
+	status map[string]statusWrite
+}
+
+type statusWrite struct {
+	before string
+	since  time.Time
 }
 
 type expected struct {
@@ -54,6 +62,39 @@ func (e *expectations) forget(key string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.pending, key)
+	delete(e.status, key)
+}
+
+// wroteStatus remembers a status write that changed the object (from
+// resourceVersion before to after): a pass on the object as it was before
+// would decide from a status this process already replaced (a recovery's
+// phase, a latched cluster ID) and write the old decision back over it.
+func (e *expectations) wroteStatus(key, before, after string, now time.Time) {
+	if before == "" || before == after {
+		return // the server changed nothing: no newer version to wait for
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.status == nil {
+		e.status = map[string]statusWrite{}
+	}
+	e.status[key] = statusWrite{before: before, since: now}
+}
+
+// statusSeen reports whether the cached cluster (at resourceVersion cached)
+// is newer than the one this process last wrote the status of.
+func (e *expectations) statusSeen(key, cached string, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w, ok := e.status[key]
+	if !ok {
+		return true
+	}
+	if cached != w.before || now.Sub(w.since) > expectationTimeout {
+		delete(e.status, key)
+		return true
+	}
+	return false
 }
 
 // satisfied reports whether the cached members reflect every create and

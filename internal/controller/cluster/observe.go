@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +51,16 @@ func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*wor
 			w.pods[m.Name] = pod
 		}
 	}
+	// The cache lists in no set order; a pass decides from the members in
+	// the order they were created (then by name), so that two passes over
+	// the same members choose alike (which member goes first, the order a
+	// recovery plan lists, and so its token).
+	slices.SortStableFunc(w.members, func(a, b *v1alpha2.EtcdMember) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	if err := r.readSecrets(ctx, w); err != nil {
 		return nil, err
 	}
@@ -55,7 +68,24 @@ func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*wor
 		return nil, err
 	}
 	r.readEtcd(ctx, w)
+	r.readRecoverySnapshot(ctx, w)
 	return w, nil
+}
+
+// readRecoverySnapshot reads the EtcdSnapshot a recovery request names.
+func (r *Reconciler) readRecoverySnapshot(ctx context.Context, w *world) {
+	name := w.cluster.Annotations[manifest.AnnotationRecoverFromSnapshot]
+	if name == "" || w.cluster.Annotations[manifest.AnnotationRecover] == "" {
+		return
+	}
+	s := &v1alpha2.EtcdSnapshot{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: w.cluster.Namespace, Name: name}, s)
+	switch {
+	case err == nil:
+		w.recoverySnapshot = s
+	case !apierrors.IsNotFound(err):
+		w.recoverySnapshotErr = err
+	}
 }
 
 // readSecrets reads the Secrets the running members mount, from the API
@@ -142,11 +172,32 @@ func (r *Reconciler) readEtcd(ctx context.Context, w *world) {
 	}
 	defer func() { _ = c.Close() }()
 	r.readStatuses(ctx, w, c, asked)
+	w.seen = r.seen.record(w)
 	w.etcd.leader = etcdhealth.LeaderOf(w.etcd.status)
+	if leaderless(w.etcd.status) {
+		// Every member that answered says there is no leader: etcd's
+		// membership read (linearizable) would only time out.
+		w.etcd.err = errNoLeader
+		return
+	}
 	r.readMembership(ctx, w, asked)
 	if w.etcd.list != nil && needsClusterVersion(w) {
 		r.readClusterVersion(ctx, w, c)
 	}
+}
+
+// errNoLeader: the members that answer know no leader.
+var errNoLeader = errors.New("no member that answers knows a leader")
+
+// leaderless reports whether some members answered and none of them knows
+// a leader.
+func leaderless(status map[string]*etcd.Status) bool {
+	for _, st := range status {
+		if st.Leader != 0 {
+			return false
+		}
+	}
+	return len(status) > 0
 }
 
 // readStatuses asks each member about itself, in parallel.

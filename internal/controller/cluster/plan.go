@@ -24,18 +24,21 @@ import (
 //     as another cluster: nothing is changed.
 //  2. target: latch the token and the first target; adopt a changed spec at
 //     a boundary (target reached, or its deadline passed).
-//  3. bootstrap: seed member, its first start, the cluster ID (or its
+//  3. recover: a recovery from quorum loss under way, or asked for by
+//     annotation (recover.go); it holds the later stages while the survivor
+//     restarts alone and the discarded members go.
+//  4. bootstrap: seed member, its first start, the cluster ID (or its
 //     recovery from the members when status lost it).
-//  4. finish: record the membership of a member etcd already added.
-//  5. membership: members leaving (a deleted member waits for its
+//  5. finish: record the membership of a member etcd already added.
+//  6. membership: members leaving (a deleted member waits for its
 //     replacement while it still serves), etcd members nobody accounts for,
 //     lost members, the learner's promotion, the add of a created member,
 //     members that will never join.
-//  6. scale: wake a dormant member or create one when short; pause or
+//  7. scale: wake a dormant member or create one when short; pause or
 //     remove one when over.
-//  7. version: cancel a downgrade etcd still runs for an older target.
-//  8. roll-out: one member at a time onto the target, the leader last.
-//  9. auth: enable authentication once the target is reached.
+//  8. version: cancel a downgrade etcd still runs for an older target.
+//  9. roll-out: one member at a time onto the target, the leader last.
+// 10. auth: enable authentication once the target is reached.
 
 // changeKind names the one change a plan makes.
 type changeKind int
@@ -65,6 +68,11 @@ const (
 	enableDowngrade
 	cancelDowngrade
 	enableAuth
+	// forceNewCluster marks a recovery's survivor and restarts its Pod,
+	// which then runs etcd with --force-new-cluster.
+	forceNewCluster
+	// clearForce takes the survivor's mark off its member and its Pod.
+	clearForce
 )
 
 // change is the one change of a plan, with what it needs to be carried out.
@@ -104,6 +112,10 @@ type plan struct {
 	// requeue is a real timer the plan waits on (etcd's own timers, a
 	// settle period); zero when a watch event brings the next pass.
 	requeue time.Duration
+	// recovery is the status.recovery the pass writes, when recoverySet
+	// (nil clears it); written only when the change succeeded.
+	recovery    *v1alpha2.RecoveryStatus
+	recoverySet bool
 }
 
 // refusal is a change held back, for Degraded and a Warning Event.
@@ -143,6 +155,7 @@ func decide(w *world) plan {
 		(*planner).holds,
 		(*planner).latchFirstTarget,
 		(*planner).latchChangedTarget,
+		(*planner).recover,
 		(*planner).bootstrap,
 		(*planner).etcdReachable,
 		(*planner).recordJoined,

@@ -26,6 +26,10 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	}
 	r.announce(w, p, o)
 	st := &w.cluster.Status
+	if p.recoverySet && o.err == nil {
+		r.announceRecovery(w, p.recovery)
+		st.Recovery = p.recovery
+	}
 	st.ReadyMembers = int32(w.healthyVoters())
 	st.UpdatedMembers = int32(w.updated())
 	st.Selector = manifest.SelectorString(w.cluster.Name)
@@ -39,6 +43,7 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	if err := r.Client.Status().Patch(ctx, w.cluster, client.MergeFrom(w.original)); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
+	r.expect.wroteStatus(client.ObjectKeyFromObject(w.cluster).String(), w.original.ResourceVersion, w.cluster.ResourceVersion, w.now)
 	return nil
 }
 
@@ -125,6 +130,8 @@ func setAvailable(w *world, p plan) {
 		set(w, conditions.Available, false, conditions.ReasonPaused, "The cluster is paused (replicas: 0); its data is kept")
 	case overdue(w) && st.ClusterID == "":
 		set(w, conditions.Available, false, conditions.ReasonBootstrapFailed, "The cluster never formed")
+	case quorumLost(w):
+		set(w, conditions.Available, false, conditions.ReasonQuorumLost, quorumLostMessage(w))
 	case w.etcd.asked && w.etcd.list == nil && readyN == 0:
 		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, fmt.Sprintf("Cannot reach etcd: %v", w.etcd.err))
 	case st.ClusterID == "" && secretWait(w) != "":

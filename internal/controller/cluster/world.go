@@ -42,6 +42,15 @@ type world struct {
 
 	// etcd is etcd's own view, read fresh in this pass.
 	etcd etcdView
+	// seen is the last report each member's etcd gave this operator
+	// process, by member name: what a recovery plan knows of members that
+	// no longer answer.
+	seen map[string]seenReport
+	// recoverySnapshot is the EtcdSnapshot a recovery request names (nil
+	// when none is named or it does not exist; recoverySnapshotErr says
+	// why it could not be read).
+	recoverySnapshot    *v1alpha2.EtcdSnapshot
+	recoverySnapshotErr error
 	// features are what the steps beside membership found (certificates,
 	// Services, the root password): reported, never a reason to stop
 	// membership repair.

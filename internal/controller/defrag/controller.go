@@ -25,6 +25,8 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 
 // Timers and timeouts.
@@ -60,6 +62,8 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	Dial      etcd.Dialer
 	Clock     clock.PassiveClock
+	// Metrics counts finished runs; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcddefrags,verbs=get;list;watch;update;patch;delete
@@ -139,6 +143,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if werr := r.writeStatus(ctx, p); werr != nil {
 		return ctrl.Result{}, werr
 	}
+	r.observeFinished(p)
 	if err == nil && finished(d) {
 		return r.expire(ctx, p)
 	}
@@ -210,4 +215,28 @@ func olderFirst(a, b *v1alpha2.EtcdDefrag) int {
 		return c
 	}
 	return cmp.Compare(a.Name, b.Name)
+}
+
+// observeFinished records the run's metrics in the pass that made it
+// Complete or Failed (after its status is written: once).
+func (r *Reconciler) observeFinished(p *pass) {
+	d := p.run
+	if !finished(d) || finished(p.original) {
+		return
+	}
+	res := metrics.DefragResult{Namespace: d.Namespace, Cluster: d.Spec.ClusterRef.Name, Policy: d.Labels[manifest.LabelDefragPolicy],
+		Result: metrics.DefragComplete, Completed: p.now}
+	if d.Status.Phase != v1alpha2.DefragComplete {
+		res.Result = "Failed"
+		if c := conditions.Get(d.Status.Conditions, conditions.DefragChecked); c != nil && c.Reason != "" {
+			res.Result = c.Reason
+		}
+	}
+	if d.Status.StartedAt != nil {
+		res.Duration = p.now.Sub(d.Status.StartedAt.Time)
+	}
+	for _, m := range d.Status.Members {
+		res.ReclaimedBytes += m.ReclaimedBytes
+	}
+	r.Metrics.DefragFinished(res)
 }

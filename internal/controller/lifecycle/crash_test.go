@@ -106,6 +106,9 @@ func crashScenarios() []scenario {
 			h.etcd.RaiseAlarm(manifest.PeerURL(&f), etcd.AlarmNoSpace)
 			h.createDefrag("d", "c")
 		}, finished: func(h *harness) bool { return h.defragFinished("d")() }, check: defragmentedOnceEach},
+		{name: "recover from quorum loss", start: 3, target: 3, disrupt: func(h *harness) {
+			h.recoverWithConsent("c")
+		}, finished: recovered},
 		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
 			for _, m := range h.members("c")[:2] {
 				if err := h.c.Delete(context.Background(), &m); err != nil {

@@ -85,7 +85,12 @@ type harness struct {
 	// status, as it would behind a slow member controller.
 	statusDelay int
 	delayed     []delayedWrite
-	stepNo      int
+	// staleClusterReads makes the cluster controller's first read of a
+	// cluster after each of its status writes return the cluster as it was
+	// before the write: a cache that has not caught up with the write.
+	staleClusterReads bool
+	staleCluster      map[string]*v1alpha2.EtcdCluster
+	stepNo            int
 	// probeFails names Pods whose readiness probe fails although their
 	// etcd runs (the kubelet cannot reach it, say).
 	probeFails map[string]bool
@@ -97,6 +102,17 @@ type harness struct {
 	wipedUnder map[string]uint64
 	// startErrors keeps why etcd refused to start a Pod's member.
 	startErrors map[string]string
+	// forced counts, by Pod name, the starts of etcd with
+	// --force-new-cluster.
+	forced map[string]int
+	// guardSawLog records the Pods in which the data guard saw etcd's log
+	// (its mark in the Pod's state directory).
+	guardSawLog map[types.UID]bool
+	// failFirstJoins makes the first starts of each joining member's etcd
+	// exit before it writes its log (its peers not reachable yet), that
+	// many times; joinStarts counts them by Pod name.
+	failFirstJoins int
+	joinStarts     map[string]int
 	// ips numbers the Pod addresses the stand-in hands out.
 	ips int
 	// podsSeen records every Pod UID the kubelet saw, by Pod name.
@@ -136,7 +152,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	h := &harness{
-		t: t, broken: map[string]bool{}, probeFails: map[string]bool{}, cordoned: map[string]bool{}, budgetAllows: map[string]int{}, wiped: map[string]bool{}, wipedUnder: map[string]uint64{}, volumes: map[string]types.UID{}, startErrors: map[string]string{}, podsSeen: map[string]map[types.UID]bool{},
+		t: t, broken: map[string]bool{}, probeFails: map[string]bool{}, cordoned: map[string]bool{}, budgetAllows: map[string]int{}, wiped: map[string]bool{}, wipedUnder: map[string]uint64{}, volumes: map[string]types.UID{}, startErrors: map[string]string{}, forced: map[string]int{}, guardSawLog: map[types.UID]bool{}, joinStarts: map[string]int{}, podsSeen: map[string]map[types.UID]bool{},
 		nodes: map[string]string{}, downNodes: map[string]bool{},
 		etcd: etcdfake.New(0xc1, clk), clock: clk, events: &recorder{},
 	}
@@ -204,9 +220,43 @@ func (h *harness) restart(crashAfter int) {
 		memberClient = h.delayingStatus(operator)
 	}
 	dial := h.life.Dialer(h.countingDialer())
-	h.cluster = &clusterctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+	clusterClient := operator
+	if h.staleClusterReads {
+		clusterClient = h.staleReading(operator)
+	}
+	h.cluster = &clusterctrl.Reconciler{Client: clusterClient, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 	h.member = &memberctrl.Reconciler{Client: memberClient, APIReader: memberClient, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 	h.defrag = &defragctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
+}
+
+// staleReading wraps the cluster controller's client (staleClusterReads):
+// a status write of an EtcdCluster keeps the object as it was, and the next
+// read of it returns that once.
+func (h *harness) staleReading(inner client.WithWatch) client.WithWatch {
+	if h.staleCluster == nil {
+		h.staleCluster = map[string]*v1alpha2.EtcdCluster{}
+	}
+	return interceptor.NewClient(inner, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*v1alpha2.EtcdCluster); ok && sub == "status" {
+				before := &v1alpha2.EtcdCluster{}
+				if err := h.raw.Get(ctx, client.ObjectKeyFromObject(obj), before); err == nil {
+					h.staleCluster[client.ObjectKeyFromObject(obj).String()] = before
+				}
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if out, ok := obj.(*v1alpha2.EtcdCluster); ok {
+				if stale := h.staleCluster[key.String()]; stale != nil {
+					delete(h.staleCluster, key.String())
+					stale.DeepCopyInto(out)
+					return nil
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
 }
 
 // delayedWrite is a member status write held back (statusDelay).

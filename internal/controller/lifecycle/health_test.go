@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -129,6 +130,36 @@ func TestWipedMemberIsReplacedNeverRejoinsAsItself(t *testing.T) {
 		if strings.Contains(n, leader.Name) && !strings.Contains(n, "write-ahead log") {
 			t.Errorf("the replacement does not say why: %s", n)
 		}
+	}
+}
+
+// A joining member whose etcd exits before it writes its first log (its
+// peers not reachable yet: a new Pod's name not resolvable, a network
+// policy late) is started again in the same Pod and joins: the data guard
+// refuses only a start without the log it saw before. Found in CI: the
+// guard refused every restart after a failed first start, and the member
+// crash-looped.
+func TestJoinFailingBeforeItsFirstLogIsRetried(t *testing.T) {
+	h := newHarness(t)
+	h.failFirstJoins = 2
+	names := map[string]bool{}
+	h.afterCluster = func() {
+		for _, m := range h.members("c") {
+			names[m.Name] = true
+		}
+	}
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	if len(names) != 3 {
+		t.Errorf("members %v: a member that failed its first starts was replaced", slices.Sorted(maps.Keys(names)))
+	}
+	for name, n := range h.joinStarts {
+		if n != h.failFirstJoins {
+			t.Errorf("pod %s: %d failed first starts, want %d", name, n, h.failFirstJoins)
+		}
+	}
+	if len(h.joinStarts) != 2 {
+		t.Errorf("%d joining members failed their first starts, want 2", len(h.joinStarts))
 	}
 }
 

@@ -231,6 +231,14 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 	name, peer, clientURL := flags["--name"], flags["--initial-advertise-peer-urls"], flags["--advertise-client-urls"]
 	_, version, _ := strings.Cut(p.Spec.Containers[0].Image, ":v")
 	if p.Annotations[manifest.AnnotationInitialClusterState] == manifest.StateNew {
+		if restores(p) && len(h.etcd.Members()) > 0 {
+			// The restore agent wrote a data directory of a new cluster
+			// from the snapshot.
+			if err := h.etcd.Rebuild(h.etcd.ClusterID() + 1); err != nil {
+				h.t.Errorf("pod %s restores a snapshot: %v", p.Name, err)
+				return false
+			}
+		}
 		if len(h.etcd.Members()) > 0 {
 			h.t.Errorf("pod %s starts etcd with --initial-cluster-state=new in a cluster that has formed", p.Name)
 			return false
@@ -244,12 +252,19 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 		h.t.Errorf("pod %s starts member %s on a new, empty volume under the identity it had before", p.Name, name)
 		h.wiped[p.Name] = true
 	}
+	// etcd wrote its log at a start that succeeded; a wipe took it.
+	hasLog := h.startedBefore(peer) && !h.wiped[p.Name]
+	if !hasLog && h.guardRefuses(p) {
+		h.startErrors[p.Name] = dataguard.Refusal + " (member/wal holds no .wal file)"
+		return false
+	}
+	if !h.startedBefore(peer) && h.joinStarts[p.Name] < h.failFirstJoins {
+		h.joinStarts[p.Name]++
+		h.startErrors[p.Name] = "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs"
+		return false
+	}
 	if h.wiped[p.Name] && h.startedBefore(peer) {
-		switch {
-		case guardRefuses(p):
-			h.startErrors[p.Name] = dataguard.Refusal + " (member/wal holds no .wal file)"
-			return false
-		case !h.etcdLetsItRejoin(p, flags):
+		if !h.etcdLetsItRejoin(p, flags) {
 			// etcd finds its peers ahead of its empty log and exits.
 			return false
 		}
@@ -258,9 +273,24 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 		h.t.Errorf("pod %s: member %s rejoined etcd under its old member ID on an empty data directory (raft's empty-disk hazard)", p.Name, name)
 	}
 	delete(h.wiped, p.Name)
-	if err := h.etcd.StartVersion(peer, name, clientURL, version); err != nil {
+	if guarded(p) && hasLog {
+		// The guard found the log at the start: it marks that in its
+		// state directory.
+		h.guardSawLog[p.UID] = true
+	}
+	start := h.etcd.StartVersion
+	if envValue(p, "ETCD_FORCE_NEW_CLUSTER") == "true" {
+		h.forced[p.Name]++
+		start = h.etcd.ForceNewCluster
+	}
+	if err := start(peer, name, clientURL, version); err != nil {
+		// etcd exited before it wrote its log: nothing is marked.
 		h.startErrors[p.Name] = err.Error()
 		return false
+	}
+	if guarded(p) {
+		// etcd wrote its log; the guard, watching, marks it.
+		h.guardSawLog[p.UID] = true
 	}
 	if flags["--snapshot-count"] == "1" {
 		h.etcd.Snapshot(peer)
@@ -268,11 +298,19 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 	return true
 }
 
-// guardRefuses: etcd starts through the data guard and the Pod carries the
-// member ID the guard checks the data directory against.
-func guardRefuses(p *corev1.Pod) bool {
+// guardRefuses: etcd starts through the data guard, and the Pod carries the
+// member ID the guard checks the data directory against, or the guard has a
+// state directory in which a start in this Pod marked the log it found.
+func (h *harness) guardRefuses(p *corev1.Pod) bool {
+	if !guarded(p) {
+		return false
+	}
+	return p.Annotations[manifest.AnnotationMemberID] != "" || (envValue(p, dataguard.EnvStateDir) != "" && h.guardSawLog[p.UID])
+}
+
+func guarded(p *corev1.Pod) bool {
 	cmd := p.Spec.Containers[0].Command
-	return len(cmd) > 1 && cmd[1] == "guard-data" && p.Annotations[manifest.AnnotationMemberID] != ""
+	return len(cmd) > 1 && cmd[1] == "guard-data"
 }
 
 // etcdLetsItRejoin says whether etcd, started on an empty data directory
@@ -356,6 +394,25 @@ func (h *harness) startedBefore(peer string) bool {
 		}
 	}
 	return false
+}
+
+// envValue resolves an environment variable of the etcd container as the
+// kubelet does at the container's start: a literal value, or a Pod
+// annotation through the downward API.
+func envValue(p *corev1.Pod, name string) string {
+	for _, e := range p.Spec.Containers[0].Env {
+		if e.Name != name {
+			continue
+		}
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			return e.Value
+		}
+		path := e.ValueFrom.FieldRef.FieldPath
+		if key, ok := strings.CutPrefix(path, "metadata.annotations['"); ok {
+			return p.Annotations[strings.TrimSuffix(key, "']")]
+		}
+	}
+	return ""
 }
 
 func etcdFlags(p *corev1.Pod) map[string]string {
@@ -457,4 +514,9 @@ func (h *harness) pods() []string {
 		out = append(out, p.Name)
 	}
 	return out
+}
+
+// restores reports whether the Pod restores a snapshot before etcd starts.
+func restores(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == manifest.RestoreContainer })
 }

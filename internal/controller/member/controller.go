@@ -30,6 +30,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
 	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
 
@@ -46,6 +47,8 @@ type Reconciler struct {
 	// Pod starts before the member is added, held by the join gate, and a
 	// restored cluster's seed runs the restore agent.
 	OperatorImage string
+	// Metrics counts restores that failed; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;patch

@@ -419,3 +419,18 @@ func checkNamed(t *testing.T, what string, c *metav1.Condition, want []string) {
 		}
 	}
 }
+
+// TestRestoreFailureLabel checks the restores_total result label is the
+// agent's reason when it gave one: a small, fixed set of values, not a
+// message.
+func TestRestoreFailureLabel(t *testing.T) {
+	for msg, want := range map[string]string{
+		"Restoring the snapshot failed (ChecksumMismatch): s3://b/k has sha256 ab": "ChecksumMismatch",
+		"Init container restore failed with exit code 2: boom":                     "InitContainerFailed",
+		"Init container install-tools is waiting: ErrImagePull no such image":      "InitContainerWaiting",
+	} {
+		if got := restoreFailure(msg); got != want {
+			t.Errorf("restoreFailure(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}

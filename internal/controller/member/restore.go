@@ -2,6 +2,7 @@ package member
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -80,7 +81,23 @@ func (r *Reconciler) reportRestore(s *state) bool {
 	prev := conditions.Get(s.member.Status.Conditions, conditions.Ready)
 	if reason == conditions.ReasonRestoreFailed && (prev == nil || prev.Message != message) {
 		r.event(s.member, true, conditions.ReasonRestoreFailed, "Restore", "%s", message)
+		r.Metrics.RestoreFinished(s.member.Namespace, s.member.Spec.ClusterName, restoreFailure(message))
 	}
 	set(s, conditions.Ready, false, reason, message)
 	return true
+}
+
+// restoreFailure is the result label of a failed restore: the agent's
+// reason when it gave one, else a word for what the init container did.
+func restoreFailure(message string) string {
+	const agent = "Restoring the snapshot failed ("
+	if rest, ok := strings.CutPrefix(message, agent); ok {
+		if reason, _, ok := strings.Cut(rest, ")"); ok {
+			return reason
+		}
+	}
+	if strings.Contains(message, "is waiting") {
+		return "InitContainerWaiting"
+	}
+	return "InitContainerFailed"
 }

@@ -147,6 +147,29 @@ func (c *Cluster) BootstrapVersion(name, peerURL, clientURL, version string) uin
 	return id
 }
 
+// ClusterID is the cluster's ID.
+func (c *Cluster) ClusterID() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clusterID
+}
+
+// Rebuild starts the cluster over as a restore of a snapshot does: a new
+// cluster ID and no member, for the restored seed to bootstrap. It refuses
+// while a member still runs: that member would go on serving the old
+// cluster beside the new one.
+func (c *Cluster) Rebuild(clusterID uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.members {
+		if m.running {
+			return fmt.Errorf("member %s still runs the old cluster", m.Name)
+		}
+	}
+	c.clusterID, c.members, c.alarms, c.clusterVersion = clusterID, map[uint64]*member{}, map[uint64]string{}, ""
+	return nil
+}
+
 // Start starts the process of the member with this peer URL, running the
 // default version (see StartVersion).
 func (c *Cluster) Start(peerURL, name, clientURL string) error {
@@ -188,6 +211,42 @@ func (c *Cluster) StartVersion(peerURL, name, clientURL, version string) error {
 	}
 	c.elect()
 	c.finishDowngrade()
+	c.decideClusterVersion()
+	return nil
+}
+
+// ForceNewCluster starts the process of the member with this peer URL as
+// etcd's --force-new-cluster does: the member keeps its ID, the cluster ID
+// and its data, every other member (voter or learner) is removed from the
+// membership, and it leads alone in a new term. etcd refuses it for a member
+// it has no data of (the fake: one the membership does not list).
+func (c *Cluster) ForceNewCluster(peerURL, name, clientURL, version string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.byPeer(peerURL)
+	if m == nil {
+		return fmt.Errorf("fake: member with peer URL %s has no data to force a new cluster from", peerURL)
+	}
+	if m.running {
+		return fmt.Errorf("fake: member with peer URL %s already runs", peerURL)
+	}
+	if m.IsLearner {
+		return fmt.Errorf("fake: a learner cannot force a new cluster")
+	}
+	if err := c.mayRun(m, version); err != nil {
+		return err
+	}
+	for id := range c.members {
+		if id != m.ID {
+			delete(c.members, id)
+			delete(c.alarms, id)
+		}
+	}
+	m.Name, m.ClientURLs, m.running, m.started, m.version, m.caughtUp = name, []string{clientURL}, true, true, version, true
+	m.isolated, m.connectedAt = false, c.clock.Now()
+	c.commit++
+	c.leader = 0
+	c.elect()
 	c.decideClusterVersion()
 	return nil
 }

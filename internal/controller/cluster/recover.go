@@ -1,0 +1,597 @@
+package cluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/quorum"
+)
+
+// Recovery from quorum loss: explicit, consented, never automatic.
+//
+// A cluster that lost quorum says so (Available=False, QuorumLost, naming the
+// members that are gone and since when) and does nothing else: etcd may come
+// back by itself, and only a person can decide that the members that are
+// gone will not. They ask through the annotation AnnotationRecover:
+//
+//   - "dry-run": the planner reports in status.recovery what it would do,
+//     and changes nothing else. The survivor is the voter with the highest
+//     applied index among the members whose etcd answers in this pass (a
+//     member's Status needs no quorum); every other member is discarded,
+//     with the last applied index the operator saw from it. The plan has a
+//     token, a hash of what it does, that changes whenever the plan does.
+//   - the token: the plan is made again from fresh facts, and carried out
+//     only if it is still the same plan and quorum is still lost.
+//
+// Carrying it out, each step persisted before the next acts, and each step
+// found again from the facts after a crash:
+//
+//  1. ForcingNewCluster: the survivor's EtcdMember is marked (the annotation
+//     AnnotationForceNewCluster, holding the token) and its Pod deleted;
+//     the member controller makes the new Pod with the annotation, which
+//     feeds ETCD_FORCE_NEW_CLUSTER. etcd restarts as the only member of the
+//     same cluster (same cluster ID, same member ID, all of its data).
+//  2. Once the survivor leads alone (its own fresh report, and etcd's
+//     membership listing it only), the mark comes off the Pod and the
+//     member: no later restart of its container forces again. Nothing joins
+//     before that.
+//  3. RemovingLost: the discarded EtcdMembers are deleted (their Pods and
+//     volumes go with them); etcd no longer lists them, so their finalizers
+//     are released without a call to etcd.
+//  4. Regrowing: the normal planner grows the cluster back to its size, one
+//     learner at a time; Completed once the target is reached.
+
+// seenCache keeps the last report each member's etcd gave this operator
+// process, per cluster: a discarded member's "last known" applied index.
+type seenCache struct {
+	mu sync.Mutex
+	by map[string]map[types.UID]seenReport
+}
+
+// seenReport is a member's last report.
+type seenReport struct {
+	applied uint64
+	at      time.Time
+}
+
+// record notes the reports of this pass, forgets members that are gone,
+// and returns what is known of every member of the world, by name.
+func (c *seenCache) record(w *world) map[string]seenReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[string]map[types.UID]seenReport{}
+	}
+	key := w.cluster.Namespace + "/" + w.cluster.Name
+	before, now := c.by[key], map[types.UID]seenReport{}
+	out := map[string]seenReport{}
+	for _, m := range w.members {
+		r, ok := before[m.UID]
+		if st := w.etcd.status[m.Name]; st != nil {
+			r, ok = seenReport{applied: st.RaftAppliedIndex, at: w.now}, true
+		}
+		if ok {
+			now[m.UID], out[m.Name] = r, r
+		}
+	}
+	c.by[key] = now
+	return out
+}
+
+// forget drops what is known of a cluster's members (the cluster is gone).
+func (c *seenCache) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.by, key)
+}
+
+// quorumLost reports whether the formed cluster has lost its quorum by
+// etcd's fresh report: no member that answered reports itself as leader
+// (perhaps none runs), and the voters healthy now are not a majority.
+func quorumLost(w *world) bool {
+	if w.cluster.Status.ClusterID == "" || w.etcd.leader != nil || paused(w) || len(w.members) == 0 {
+		return false
+	}
+	return !quorum.Now(w.voters()).OK
+}
+
+// quorumLostMessage names the members that answer and the ones that are
+// gone, each with the time it stopped being ready, and what to do.
+func quorumLostMessage(w *world) string {
+	var answer, gone []string
+	for _, m := range w.running() {
+		if !m.Status.IsVoter && !w.isVoter(m) {
+			continue
+		}
+		if st := w.etcd.status[m.Name]; st != nil {
+			answer = append(answer, fmt.Sprintf("%s (applied index %d)", m.Name, st.RaftAppliedIndex))
+			continue
+		}
+		why := "does not answer"
+		if ok, reason := w.health(m); !ok {
+			why = reason
+		}
+		if c := conditions.Get(m.Status.Conditions, conditions.Ready); c != nil && c.Status != metav1.ConditionTrue {
+			why += ", not ready since " + c.LastTransitionTime.UTC().Format(time.RFC3339)
+		}
+		gone = append(gone, fmt.Sprintf("%s (%s)", m.Name, why))
+	}
+	msg := "Quorum lost: no member reports a leader"
+	if len(answer) > 0 {
+		msg += "; answering without a leader: " + strings.Join(answer, ", ")
+	}
+	if len(gone) > 0 {
+		msg += "; gone: " + strings.Join(gone, ", ")
+	}
+	return msg + ". If the members that are gone will not come back, annotate the EtcdCluster with " +
+		manifest.AnnotationRecover + "=" + manifest.RecoverDryRun + " (or run `kubectl etcd recover --dry-run`) to see the recovery plan"
+}
+
+// recoveryPlan makes the plan of a recovery from the world: the survivor,
+// the discarded members and the token, or why none is possible.
+func recoveryPlan(w *world) *v1alpha2.RecoveryStatus {
+	if w.cluster.Annotations[manifest.AnnotationRecoverFromSnapshot] != "" {
+		return snapshotPlan(w)
+	}
+	survivor, skipped := pickSurvivor(w)
+	if survivor == nil {
+		msg := "no member's etcd answers, so none can be the survivor"
+		if len(skipped) > 0 {
+			msg = strings.Join(skipped, "; ")
+		}
+		return refused("No recovery from a survivor is possible: %s. Name an EtcdSnapshot to rebuild the cluster from in the annotation %s", msg, manifest.AnnotationRecoverFromSnapshot)
+	}
+	st := w.etcd.status[survivor.Name]
+	rec := &v1alpha2.RecoveryStatus{
+		Phase: v1alpha2.RecoveryPlanned,
+		Survivor: &v1alpha2.RecoveryMember{Name: survivor.Name, MemberID: etcd.FormatID(st.MemberID),
+			AppliedIndex: ptrInt64(st.RaftAppliedIndex), State: "answers without a leader"},
+	}
+	rec.Discarded = discarded(w, survivor)
+	var ahead []string
+	for _, d := range rec.Discarded {
+		if d.AppliedIndex != nil && *d.AppliedIndex > *rec.Survivor.AppliedIndex {
+			ahead = append(ahead, fmt.Sprintf("%s (%d)", d.Name, *d.AppliedIndex))
+		}
+	}
+	rec.Token = recoveryToken(w, rec)
+	names := discardedNames(rec)
+	rec.Message = fmt.Sprintf("Restart %s (applied index %d) as the only member of the cluster (etcd's --force-new-cluster), then delete %s with their volumes, "+
+		"then grow back to %d members through learners. To carry this plan out, set the annotation %s=%s",
+		survivor.Name, st.RaftAppliedIndex, orNone(names), w.desired(), manifest.AnnotationRecover, rec.Token)
+	if len(ahead) > 0 {
+		rec.Message += fmt.Sprintf(". Warning: %s last reported a higher applied index than the survivor: writes only they applied will be lost", strings.Join(ahead, ", "))
+	}
+	if len(skipped) > 0 {
+		rec.Message += ". Not eligible as the survivor: " + strings.Join(skipped, "; ")
+	}
+	return rec
+}
+
+func refused(format string, args ...any) *v1alpha2.RecoveryStatus {
+	return &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryRefused, Message: fmt.Sprintf(format, args...)}
+}
+
+// discarded lists every member but the survivor, with the applied index it
+// reports now or last reported to this operator.
+func discarded(w *world, survivor *v1alpha2.EtcdMember) []v1alpha2.RecoveryMember {
+	var out []v1alpha2.RecoveryMember
+	for _, m := range w.members {
+		if m == survivor || deleting(m) {
+			continue
+		}
+		d := v1alpha2.RecoveryMember{Name: m.Name, MemberID: m.Status.MemberID, State: memberState(w, m)}
+		if st := w.etcd.status[m.Name]; st != nil {
+			d.AppliedIndex = ptrInt64(st.RaftAppliedIndex)
+		} else if seen, ok := w.seen[m.Name]; ok {
+			d.AppliedIndex = ptrInt64(seen.applied)
+			d.LastSeen = &metav1.Time{Time: seen.at.Truncate(time.Second)}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func discardedNames(rec *v1alpha2.RecoveryStatus) []string {
+	var out []string
+	for _, d := range rec.Discarded {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// snapshotPlan is the plan of a recovery from the EtcdSnapshot the
+// annotation names: every member goes, and a new seed restores it.
+func snapshotPlan(w *world) *v1alpha2.RecoveryStatus {
+	name := w.cluster.Annotations[manifest.AnnotationRecoverFromSnapshot]
+	s := w.recoverySnapshot
+	switch {
+	case w.recoverySnapshotErr != nil:
+		return refused("Reading EtcdSnapshot %s failed: %v", name, w.recoverySnapshotErr)
+	case s == nil:
+		return refused("EtcdSnapshot %s does not exist in namespace %s", name, w.cluster.Namespace)
+	case s.Status.Phase != v1alpha2.SnapshotComplete || s.Status.Artifact == nil:
+		return refused("EtcdSnapshot %s is not complete (phase %q): only a stored snapshot can be restored", name, s.Status.Phase)
+	case w.cluster.Spec.Storage.Medium == v1alpha2.StorageMediumMemory:
+		return refused("The cluster keeps its data in memory (storage.medium: Memory), which a restore cannot seed; create a new EtcdCluster on volumes with spec.bootstrap.restore")
+	}
+	src, err := manifest.ArtifactSource(s)
+	if err != nil {
+		return refused("EtcdSnapshot %s: %v", name, err)
+	}
+	rec := &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryPlanned, Snapshot: name,
+		Restore: &v1alpha2.RestoreSpec{Source: src}, Discarded: discarded(w, nil)}
+	rec.Token = recoveryToken(w, rec)
+	taken := "at an unknown time"
+	if s.Status.CompletionTime != nil {
+		taken = "completed " + s.Status.CompletionTime.UTC().Format(time.RFC3339)
+	}
+	rec.Message = fmt.Sprintf("Delete every member (%s) with its volume, then bootstrap the cluster again from EtcdSnapshot %s (revision %d, %s) "+
+		"and grow it back to %d members: every write after the snapshot is lost, and the cluster gets a new cluster ID. "+
+		"To carry this plan out, set the annotation %s=%s",
+		orNone(discardedNames(rec)), name, s.Status.Artifact.Revision, taken, w.desired(), manifest.AnnotationRecover, rec.Token)
+	return rec
+}
+
+// origin names what a recovery rebuilds the cluster from.
+func origin(rec *v1alpha2.RecoveryStatus) string {
+	if rec.Snapshot != "" {
+		return "EtcdSnapshot " + rec.Snapshot
+	}
+	if rec.Survivor != nil {
+		return rec.Survivor.Name
+	}
+	return "the survivor"
+}
+
+// pickSurvivor chooses the voter whose etcd answers with the highest applied
+// index (then the highest term, then the name), and says why the others
+// that answer cannot be chosen.
+func pickSurvivor(w *world) (*v1alpha2.EtcdMember, []string) {
+	var best *v1alpha2.EtcdMember
+	var skipped []string
+	for _, m := range w.running() {
+		st := w.etcd.status[m.Name]
+		switch {
+		case st == nil:
+			continue
+		case st.IsLearner:
+			skipped = append(skipped, m.Name+" is a learner")
+			continue
+		case lost(m):
+			skipped = append(skipped, m.Name+" is lost")
+			continue
+		case m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory:
+			skipped = append(skipped, m.Name+" keeps its data in memory, which a restart loses")
+			continue
+		}
+		if best == nil || better(st, w.etcd.status[best.Name], m.Name, best.Name) {
+			best = m
+		}
+	}
+	return best, skipped
+}
+
+func better(a, b *etcd.Status, an, bn string) bool {
+	if a.RaftAppliedIndex != b.RaftAppliedIndex {
+		return a.RaftAppliedIndex > b.RaftAppliedIndex
+	}
+	if a.RaftTerm != b.RaftTerm {
+		return a.RaftTerm > b.RaftTerm
+	}
+	return an < bn
+}
+
+// memberState says in a few stable words what the operator knows of a
+// member now.
+func memberState(w *world, m *v1alpha2.EtcdMember) string {
+	switch {
+	case lost(m):
+		c := conditions.Get(m.Status.Conditions, conditions.Lost)
+		return "lost: " + c.Message
+	case m.Spec.Dormant:
+		return "dormant"
+	case m.Spec.InitialCluster == "":
+		return "never joined"
+	case w.pods[m.Name] == nil:
+		return "no Pod"
+	case w.etcd.status[m.Name] != nil:
+		return "answers without a leader"
+	}
+	return "does not answer"
+}
+
+// recoveryToken is a short hash of what the plan does: the same plan has
+// the same token whatever order its members are listed in.
+func recoveryToken(w *world, rec *v1alpha2.RecoveryStatus) string {
+	h := sha256.New()
+	if rec.Survivor != nil {
+		fmt.Fprintf(h, "%s/%s/%s", w.cluster.UID, rec.Survivor.Name, rec.Survivor.MemberID)
+	} else {
+		fmt.Fprintf(h, "%s/snapshot/%s/%s", w.cluster.UID, rec.Snapshot, w.recoverySnapshot.UID)
+	}
+	ds := slices.Clone(rec.Discarded)
+	slices.SortFunc(ds, func(a, b v1alpha2.RecoveryMember) int { return strings.Compare(a.Name, b.Name) })
+	for _, d := range ds {
+		fmt.Fprintf(h, "/%s:%s", d.Name, d.MemberID)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+func ptrInt64(v uint64) *int64 {
+	n := int64(v)
+	return &n
+}
+
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "no other member"
+	}
+	return strings.Join(names, ", ")
+}
+
+// forceMarked is the member carrying the survivor's mark, on itself or on
+// its Pod, or nil.
+func (w *world) forceMarked() *v1alpha2.EtcdMember {
+	for _, m := range w.members {
+		if deleting(m) {
+			continue
+		}
+		if m.Annotations[manifest.AnnotationForceNewCluster] != "" {
+			return m
+		}
+		if p := w.pods[m.Name]; p != nil && p.Annotations[manifest.AnnotationForceNewCluster] != "" {
+			return m
+		}
+	}
+	return nil
+}
+
+// servesAlone reports whether the member leads a cluster of which it is the
+// only member, by its own fresh report and etcd's membership.
+func servesAlone(w *world, m *v1alpha2.EtcdMember) bool {
+	st := w.etcd.status[m.Name]
+	if st == nil || st.Leader != st.MemberID || w.etcd.list == nil {
+		return false
+	}
+	l := w.etcd.list.Members
+	return len(l) == 1 && l[0].ID == st.MemberID
+}
+
+func (w *world) memberNamed(name string) *v1alpha2.EtcdMember {
+	for _, m := range w.members {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// setRecovery records the recovery status the pass writes.
+func (pl *planner) setRecovery(rec *v1alpha2.RecoveryStatus) {
+	pl.p.recovery, pl.p.recoverySet = rec, true
+}
+
+// recover is the planner's recovery stage: it carries on a recovery under
+// way, or answers a request in the annotation. It holds every later stage
+// while the survivor is being forced and the lost members removed.
+func (pl *planner) recover() bool {
+	w := pl.w
+	rec := w.cluster.Status.Recovery
+	if marked := w.forceMarked(); marked != nil {
+		return pl.forcing(marked, rec)
+	}
+	if rec != nil {
+		switch rec.Phase {
+		case v1alpha2.RecoveryForcingNewCluster:
+			if rec.Survivor != nil && w.memberNamed(rec.Survivor.Name) != nil && servesAlone(w, w.memberNamed(rec.Survivor.Name)) {
+				// The mark came off before the phase was written.
+				return pl.removeDiscarded(withPhase(rec, v1alpha2.RecoveryRemovingLost, ""))
+			}
+		case v1alpha2.RecoveryRemovingLost:
+			return pl.removeDiscarded(rec)
+		case v1alpha2.RecoveryRebootstrapping:
+			if w.cluster.Status.ClusterID != "" {
+				next := withPhase(rec, v1alpha2.RecoveryRegrowing, fmt.Sprintf("Growing back to %d members from %s", w.desired(), origin(rec)))
+				pl.setRecovery(next)
+			}
+			// The bootstrap stage makes the seed, restoring the snapshot.
+			return false
+		case v1alpha2.RecoveryRegrowing:
+			pl.regrowing(rec)
+			return false
+		}
+	}
+	return pl.answerRequest(rec)
+}
+
+// answerRequest plans a recovery (dry run), starts a consented one, or
+// clears a plan nobody asks for any more.
+func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
+	w := pl.w
+	req := w.cluster.Annotations[manifest.AnnotationRecover]
+	// A completed recovery stays on record while the annotation still
+	// holds its token.
+	settled := rec != nil && rec.Phase == v1alpha2.RecoveryCompleted && (req == rec.Token || req == rec.Request)
+	switch {
+	case req == "":
+		if rec != nil && rec.Phase != v1alpha2.RecoveryCompleted {
+			pl.setRecovery(nil)
+		}
+		return false
+	case w.cluster.Status.ClusterID == "":
+		pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryRefused, Request: req, Message: "The cluster never formed: there is nothing to recover"})
+		return false
+	case !quorumLost(w):
+		if !settled {
+			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req,
+				Message: "etcd has a leader and a quorum (or the cluster is paused): nothing to recover. Remove the annotation " + manifest.AnnotationRecover})
+		}
+		return false
+	}
+	plan := recoveryPlan(w)
+	plan.Request = req
+	if rec != nil && rec.Token == plan.Token && rec.PlanTime != nil {
+		plan.PlanTime = rec.PlanTime
+	} else if plan.Token != "" {
+		plan.PlanTime = &metav1.Time{Time: w.now.Truncate(time.Second)}
+	}
+	switch {
+	case plan.Phase == v1alpha2.RecoveryRefused:
+		pl.setRecovery(plan)
+		pl.working(conditions.ReasonRecoveryRefused, "%s", plan.Message)
+		return true
+	case req != plan.Token:
+		if req != manifest.RecoverDryRun {
+			plan.Message = fmt.Sprintf("The annotation's token %q is not the current plan's (the plan changed, or was never made): review the plan. %s", req, plan.Message)
+		}
+		pl.setRecovery(plan)
+		pl.working(conditions.ReasonRecoveryPlanned, "%s", plan.Message)
+		return true
+	}
+	plan.StartTime = &metav1.Time{Time: w.now.Truncate(time.Second)}
+	if plan.Snapshot != "" {
+		plan.Phase, plan.Message = v1alpha2.RecoveryRemovingLost, "Deleting every member, to rebuild the cluster from "+origin(plan)
+		return pl.removeDiscarded(plan)
+	}
+	s := w.memberNamed(plan.Survivor.Name)
+	plan.Phase = v1alpha2.RecoveryForcingNewCluster
+	plan.Message = fmt.Sprintf("Restarting %s as the only member of the cluster (--force-new-cluster)", s.Name)
+	pl.setRecovery(plan)
+	pl.working(conditions.ReasonRecoveringQuorum, "%s", plan.Message)
+	return pl.act(&change{kind: forceNewCluster, member: s, message: plan.Token})
+}
+
+// forcing carries the forced restart of the survivor to the point where it
+// serves alone, then takes its mark off.
+func (pl *planner) forcing(s *v1alpha2.EtcdMember, rec *v1alpha2.RecoveryStatus) bool {
+	w := pl.w
+	if rec == nil || rec.Survivor == nil || rec.Survivor.Name != s.Name {
+		// The record is gone (status restored from a backup, say): the
+		// members that are not the survivor are the discarded ones.
+		rec = &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryForcingNewCluster, Survivor: &v1alpha2.RecoveryMember{Name: s.Name, MemberID: s.Status.MemberID},
+			Token: s.Annotations[manifest.AnnotationForceNewCluster]}
+		for _, m := range w.members {
+			if m != s && !deleting(m) {
+				rec.Discarded = append(rec.Discarded, v1alpha2.RecoveryMember{Name: m.Name, MemberID: m.Status.MemberID, State: memberState(w, m)})
+			}
+		}
+	}
+	if rec.StartTime == nil {
+		rec = rec.DeepCopy()
+		rec.StartTime = &metav1.Time{Time: w.now.Truncate(time.Second)}
+	}
+	pod := w.pods[s.Name]
+	switch {
+	case servesAlone(w, s) && pod != nil && pod.Annotations[manifest.AnnotationForceNewCluster] != "":
+		next := withPhase(rec, v1alpha2.RecoveryRemovingLost, fmt.Sprintf("%s serves alone; deleting the discarded members", s.Name))
+		pl.setRecovery(next)
+		pl.working(conditions.ReasonRecoveringQuorum, "%s", next.Message)
+		return pl.act(&change{kind: clearForce, member: s})
+	case s.Annotations[manifest.AnnotationForceNewCluster] == "":
+		// Only the Pod carries the mark (the operator stopped between the
+		// two): finish taking it off, whatever etcd says.
+		pl.setRecovery(withPhase(rec, v1alpha2.RecoveryForcingNewCluster, rec.Message))
+		return pl.act(&change{kind: clearForce, member: s})
+	case pod == nil || pod.DeletionTimestamp != nil:
+		pl.setRecovery(withPhase(rec, v1alpha2.RecoveryForcingNewCluster, fmt.Sprintf("Waiting for the new Pod of %s", s.Name)))
+		return pl.wait(0, conditions.ReasonRecoveringQuorum, "Waiting for the new Pod of survivor %s", s.Name)
+	case pod.Annotations[manifest.AnnotationForceNewCluster] == "":
+		// Its Pod was made before the mark: restart it.
+		pl.setRecovery(withPhase(rec, v1alpha2.RecoveryForcingNewCluster, rec.Message))
+		pl.working(conditions.ReasonRecoveringQuorum, "Restarting survivor %s with --force-new-cluster", s.Name)
+		return pl.act(&change{kind: forceNewCluster, member: s, message: s.Annotations[manifest.AnnotationForceNewCluster]})
+	}
+	pl.setRecovery(withPhase(rec, v1alpha2.RecoveryForcingNewCluster, fmt.Sprintf("Waiting for %s to lead a one-member cluster", s.Name)))
+	return pl.wait(etcdRetry, conditions.ReasonRecoveringQuorum, "Waiting for survivor %s to lead a one-member cluster", s.Name)
+}
+
+// removeDiscarded deletes the discarded members, one per pass, then lets
+// the normal planner grow the cluster back.
+func (pl *planner) removeDiscarded(rec *v1alpha2.RecoveryStatus) bool {
+	w := pl.w
+	if rec.Snapshot != "" {
+		return pl.removeEveryMember(rec)
+	}
+	for _, d := range rec.Discarded {
+		m := w.memberNamed(d.Name)
+		if m == nil || deleting(m) || (d.MemberID != "" && m.Status.MemberID != "" && m.Status.MemberID != d.MemberID) {
+			continue
+		}
+		pl.setRecovery(withPhase(rec, v1alpha2.RecoveryRemovingLost, "Deleting the discarded members"))
+		pl.working(conditions.ReasonRecoveringQuorum, "Deleting discarded member %s", m.Name)
+		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonRecoveringQuorum,
+			message: fmt.Sprintf("Deleting member %s, discarded by the recovery from quorum loss (survivor %s)", m.Name, origin(rec))})
+	}
+	next := withPhase(rec, v1alpha2.RecoveryRegrowing, fmt.Sprintf("Growing back to %d members from %s", w.desired(), origin(rec)))
+	pl.setRecovery(next)
+	pl.regrowing(next)
+	return false
+}
+
+// removeEveryMember deletes every member of a cluster rebuilt from a
+// snapshot and releases it at once (etcd, without a quorum, cannot let it
+// go), one per pass; once none is left it starts the cluster over: no
+// cluster ID, a token of its own, and the restore the seed will make.
+func (pl *planner) removeEveryMember(rec *v1alpha2.RecoveryStatus) bool {
+	w := pl.w
+	pl.setRecovery(withPhase(rec, v1alpha2.RecoveryRemovingLost, ""))
+	pl.working(conditions.ReasonRecoveringQuorum, "Deleting every member, to rebuild the cluster from %s", origin(rec))
+	for _, m := range w.members {
+		if !deleting(m) {
+			return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonRecoveringQuorum,
+				message: fmt.Sprintf("Deleting member %s, discarded by the recovery from %s", m.Name, origin(rec))})
+		}
+	}
+	for _, m := range w.members {
+		if controllerutil.ContainsFinalizer(m, manifest.MemberFinalizer) {
+			return pl.act(&change{kind: release, member: m, message: "discarded by the recovery from " + origin(rec)})
+		}
+	}
+	if len(w.members) > 0 {
+		// Gone once the cache says so.
+		return true
+	}
+	next := w.cluster.Status.DeepCopy()
+	next.ClusterID, next.ClusterVersion, next.AuthEnabled = "", "", false
+	next.ClusterToken = manifest.ClusterToken(w.cluster) + "-" + rec.Token
+	deadline := metav1.NewTime(w.now.Add(time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second))
+	next.ProgressDeadline = &deadline
+	next.Recovery = withPhase(rec, v1alpha2.RecoveryRebootstrapping, "Bootstrapping the cluster again from "+origin(rec))
+	pl.p.recoverySet = false
+	return pl.act(&change{kind: latchStatus, status: next, reason: conditions.ReasonRecoveringQuorum,
+		message: fmt.Sprintf("Every member is gone; bootstrapping the cluster again from %s", origin(rec))})
+}
+
+// regrowing completes the recovery once the target is reached again.
+func (pl *planner) regrowing(rec *v1alpha2.RecoveryStatus) {
+	w := pl.w
+	if !targetReached(w) {
+		return
+	}
+	next := withPhase(rec, v1alpha2.RecoveryCompleted, fmt.Sprintf("Recovered from %s; the cluster has its %d members again", origin(rec), w.desired()))
+	next.CompletionTime = &metav1.Time{Time: w.now.Truncate(time.Second)}
+	pl.setRecovery(next)
+}
+
+func withPhase(rec *v1alpha2.RecoveryStatus, phase, message string) *v1alpha2.RecoveryStatus {
+	out := rec.DeepCopy()
+	out.Phase = phase
+	if message != "" {
+		out.Message = message
+	}
+	return out
+}

@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/metrics"
+)
+
+// The actions of a recovery from quorum loss (see recover.go for the plan).
+// Each is idempotent: done twice, or begun again after a crash, it ends in
+// the same place.
+
+// forceNewCluster marks the survivor with the plan's token and deletes its
+// Pod if that Pod was made without the mark; the member controller's new
+// Pod carries it and runs etcd with --force-new-cluster. The Pod is deleted,
+// not evicted: the budget counts voters that serve, and none does.
+func (r *Reconciler) forceNewCluster(ctx context.Context, w *world, m *v1alpha2.EtcdMember, token string) error {
+	if m.Annotations[manifest.AnnotationForceNewCluster] == "" {
+		patch := client.MergeFrom(m.DeepCopy())
+		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationForceNewCluster, token)
+		if err := r.Client.Patch(ctx, m, patch); err != nil {
+			return fmt.Errorf("marking %s as the survivor: %w", m.Name, err)
+		}
+		r.event(w.cluster, true, conditions.ReasonRecoveringQuorum, "Recover",
+			"Recovering from quorum loss with plan %s: %s restarts as the only member of the cluster", token, m.Name)
+		logf(ctx, w)("Recovering from quorum loss", "survivor", m.Name, "token", token)
+	}
+	pod := w.pods[m.Name]
+	if pod == nil || pod.DeletionTimestamp != nil || pod.Annotations[manifest.AnnotationForceNewCluster] != "" {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("restarting the survivor's pod %s: %w", pod.Name, err)
+	}
+	r.event(m, true, conditions.ReasonRecoveringQuorum, "Recover", "Restarting with --force-new-cluster (plan %s)", token)
+	return nil
+}
+
+// clearForce takes the survivor's mark off its member, then off its Pod:
+// from then on a restart of its container starts etcd normally.
+func (r *Reconciler) clearForce(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
+	if m.Annotations[manifest.AnnotationForceNewCluster] != "" {
+		patch := client.MergeFrom(m.DeepCopy())
+		delete(m.Annotations, manifest.AnnotationForceNewCluster)
+		if err := r.Client.Patch(ctx, m, patch); err != nil {
+			return fmt.Errorf("taking the survivor's mark off %s: %w", m.Name, err)
+		}
+	}
+	if pod := w.pods[m.Name]; pod != nil && pod.Annotations[manifest.AnnotationForceNewCluster] != "" {
+		patch := client.MergeFrom(pod.DeepCopy())
+		delete(pod.Annotations, manifest.AnnotationForceNewCluster)
+		if err := r.Client.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("taking the survivor's mark off pod %s: %w", pod.Name, err)
+		}
+	}
+	r.event(w.cluster, false, conditions.ReasonRecoveringQuorum, "Recover", "%s serves as the only member of the cluster", m.Name)
+	return nil
+}
+
+// announceRecovery emits an Event when the recovery's phase or plan
+// changes.
+func (r *Reconciler) announceRecovery(w *world, rec *v1alpha2.RecoveryStatus) {
+	old := w.original.Status.Recovery
+	if rec == nil || (old != nil && old.Phase == rec.Phase && old.Token == rec.Token) {
+		return
+	}
+	switch rec.Phase {
+	case v1alpha2.RecoveryPlanned:
+		r.event(w.cluster, true, conditions.ReasonRecoveryPlanned, "PlanRecovery", "Recovery plan %s: rebuild from %s, discard %s",
+			rec.Token, origin(rec), orNone(discardedNames(rec)))
+	case v1alpha2.RecoveryRefused:
+		r.event(w.cluster, true, conditions.ReasonRecoveryRefused, "PlanRecovery", "%s", rec.Message)
+	case v1alpha2.RecoveryCompleted:
+		r.event(w.cluster, false, "QuorumRecovered", "Recover", "%s", rec.Message)
+	}
+}
+
+// observeDayTwo records, after the status is written, a restore that formed
+// the cluster, a recovery that completed, and when the certificates the
+// members mount expire.
+func (r *Reconciler) observeDayTwo(w *world) {
+	before, after := &w.original.Status, &w.cluster.Status
+	if before.ClusterID == "" && after.ClusterID != "" {
+		for _, m := range w.members {
+			if m.Spec.Restore != nil {
+				r.Metrics.RestoreFinished(w.cluster.Namespace, w.cluster.Name, metrics.Restored)
+				break
+			}
+		}
+	}
+	if rec := after.Recovery; rec != nil && rec.Phase == v1alpha2.RecoveryCompleted &&
+		(before.Recovery == nil || before.Recovery.Phase != v1alpha2.RecoveryCompleted) {
+		source := "survivor"
+		if rec.Snapshot != "" {
+			source = "snapshot"
+		}
+		r.Metrics.QuorumRecovered(w.cluster.Namespace, w.cluster.Name, source)
+	}
+	r.Metrics.ObserveCertificates(w.cluster.Namespace, w.cluster.Name, w.secrets)
+}

@@ -1,0 +1,359 @@
+// Package release reads back what `make release` wrote into dist/: every
+// artifact listed with its checksum, the archives' contents and versions,
+// the krew manifest's checksums, the packaged chart's version and image,
+// the multi-platform image index and its SBOM. `make release-check` (in
+// make test) runs it; without RELEASE_DIST it skips.
+package release
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
+	"github.com/seed74754924/etcd-operator/internal/tools"
+)
+
+var platforms = []string{"linux-amd64", "linux-arm64", "darwin-amd64", "darwin-arm64"}
+
+// dist is the release directory; the test skips without one.
+func dist(t *testing.T) string {
+	t.Helper()
+	d := os.Getenv("RELEASE_DIST")
+	if d == "" {
+		t.Skip("RELEASE_DIST is not set: run make release-check")
+	}
+	return d
+}
+
+func env(t *testing.T, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set", name)
+	}
+	return v
+}
+
+// sums reads SHA256SUMS.txt: file → checksum.
+func sums(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "SHA256SUMS.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		sum, file, ok := strings.Cut(sc.Text(), "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS.txt line %q", sc.Text())
+		}
+		out[file] = sum
+	}
+	return out
+}
+
+func sha256File(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestEveryArtifactIsListed checks SHA256SUMS.txt lists every artifact in
+// dist/ with its true checksum, and the release has what it promises.
+func TestEveryArtifactIsListed(t *testing.T) {
+	dir := dist(t)
+	listed := sums(t, dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if name == "SHA256SUMS.txt" || name == "krew-etcd.yaml" {
+			continue
+		}
+		sum, ok := listed[name]
+		if !ok {
+			t.Errorf("%s is not in SHA256SUMS.txt", name)
+			continue
+		}
+		if got := sha256File(t, filepath.Join(dir, name)); got != sum {
+			t.Errorf("%s has sha256 %s, SHA256SUMS.txt says %s", name, got, sum)
+		}
+	}
+	want := []string{"etcd-operator-image.oci.tar", "etcd-operator-image.spdx.json", "etcd-operator-" + env(t, "RELEASE_CHART_VERSION") + ".tgz"}
+	for _, cmd := range []string{"kubectl-etcd", "etcd-migrate"} {
+		for _, p := range platforms {
+			want = append(want, cmd+"-"+p+".tar.gz")
+		}
+	}
+	for _, w := range want {
+		if _, ok := listed[w]; !ok {
+			t.Errorf("the release has no %s", w)
+		}
+	}
+}
+
+// archive reads a .tar.gz: file name → contents.
+func archive(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	return readTar(t, path, true, func(*tar.Header) bool { return true })
+}
+
+// readTar reads the files of a tarball (gzipped or not) that keep accepts:
+// name → contents.
+func readTar(t *testing.T, path string, gzipped bool, keep func(*tar.Header) bool) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	var r io.Reader = f
+	if gzipped {
+		if r, err = gzip.NewReader(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := map[string][]byte{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !keep(h) {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = data
+	}
+}
+
+// TestArchivesHoldTheStampedBinaries checks each archive holds its binary,
+// the licence and the README, and that the binaries this machine can run
+// print the release's version.
+func TestArchivesHoldTheStampedBinaries(t *testing.T) {
+	dir := dist(t)
+	version := env(t, "RELEASE_VERSION")
+	for _, cmd := range []string{"kubectl-etcd", "etcd-migrate"} {
+		for _, p := range platforms {
+			files := archive(t, filepath.Join(dir, cmd+"-"+p+".tar.gz"))
+			var names []string
+			for n := range files {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			if !slices.Equal(names, []string{"LICENSE", "README.md", cmd}) {
+				t.Errorf("%s-%s.tar.gz holds %v", cmd, p, names)
+				continue
+			}
+			if p != runtime.GOOS+"-"+runtime.GOARCH {
+				continue
+			}
+			bin := filepath.Join(t.TempDir(), cmd)
+			if err := os.WriteFile(bin, files[cmd], 0o755); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bin, "version").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), version) {
+				t.Errorf("%s version printed %q (%v), want %s", cmd, out, err, version)
+			}
+		}
+	}
+}
+
+// TestKrewManifestNamesTheArchives checks the krew manifest's version, and
+// that each platform's checksum is its archive's.
+func TestKrewManifestNamesTheArchives(t *testing.T) {
+	dir := dist(t)
+	data, err := os.ReadFile(filepath.Join(dir, "krew-etcd.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Spec struct {
+			Version   string `json:"version"`
+			Platforms []struct {
+				URI    string `json:"uri"`
+				SHA256 string `json:"sha256"`
+			} `json:"platforms"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Spec.Version != env(t, "RELEASE_VERSION") || len(m.Spec.Platforms) != len(platforms) {
+		t.Fatalf("krew manifest version %q with %d platforms", m.Spec.Version, len(m.Spec.Platforms))
+	}
+	listed := sums(t, dir)
+	for _, p := range m.Spec.Platforms {
+		if file := filepath.Base(p.URI); listed[file] != p.SHA256 {
+			t.Errorf("krew says %s has sha256 %s; SHA256SUMS.txt says %s", file, p.SHA256, listed[file])
+		}
+	}
+}
+
+// TestChartCarriesTheVersionAndImage checks the packaged chart's version
+// and appVersion, and that it renders the release's image by default.
+func TestChartCarriesTheVersionAndImage(t *testing.T) {
+	dir := dist(t)
+	chart := filepath.Join(dir, "etcd-operator-"+env(t, "RELEASE_CHART_VERSION")+".tgz")
+	bin, err := tools.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(bin, "helm"), "show", "chart", chart).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	if err := yaml.Unmarshal(out, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.Version != env(t, "RELEASE_CHART_VERSION") || meta.AppVersion != env(t, "RELEASE_VERSION") {
+		t.Errorf("chart version %q appVersion %q", meta.Version, meta.AppVersion)
+	}
+	kube, err := tools.Pinned("KUBERNETES_VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := exec.Command(filepath.Join(bin, "helm"), "template", "eo", chart, "--kube-version", kube).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := env(t, "RELEASE_IMAGE"); !strings.Contains(string(rendered), "image: "+img+"\n") {
+		t.Errorf("the packaged chart does not render image %s by default", img)
+	}
+	for _, file := range []string{"files/alerts.yaml", "files/dashboard.json", "values.schema.json"} {
+		if !strings.Contains(tarNames(t, chart), "etcd-operator/"+file) {
+			t.Errorf("the packaged chart lacks %s", file)
+		}
+	}
+}
+
+func tarNames(t *testing.T, path string) string {
+	t.Helper()
+	var names []string
+	for n := range archive(t, path) {
+		names = append(names, n)
+	}
+	return strings.Join(names, "\n")
+}
+
+// TestImageIndex checks the image tarball names the release's image (as the
+// sandbox's loader reads it) with a manifest for each Linux platform.
+func TestImageIndex(t *testing.T) {
+	dir := dist(t)
+	oci := filepath.Join(dir, "etcd-operator-image.oci.tar")
+	refs, err := images.Refs(oci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := images.Normalize(env(t, "RELEASE_IMAGE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(refs, want) {
+		t.Errorf("the image tarball names %v, want %s", refs, want)
+	}
+	blobs := smallFiles(t, oci)
+	type manifests struct {
+		Manifests []struct {
+			Digest   string `json:"digest"`
+			Platform *struct {
+				OS           string `json:"os"`
+				Architecture string `json:"architecture"`
+			} `json:"platform"`
+		} `json:"manifests"`
+	}
+	var outer, inner manifests
+	if err := json.Unmarshal(blobs["index.json"], &outer); err != nil || len(outer.Manifests) != 1 {
+		t.Fatalf("index.json %s (%v)", blobs["index.json"], err)
+	}
+	if err := json.Unmarshal(blobs["blobs/sha256/"+strings.TrimPrefix(outer.Manifests[0].Digest, "sha256:")], &inner); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range inner.Manifests {
+		if m.Platform != nil {
+			got = append(got, m.Platform.OS+"/"+m.Platform.Architecture)
+		}
+	}
+	if !slices.Equal(got, []string{"linux/amd64", "linux/arm64"}) {
+		t.Errorf("the image index has platforms %v", got)
+	}
+}
+
+// smallFiles reads the files under 1 MiB of a tarball (an OCI layout's
+// index and manifests; not its layers).
+func smallFiles(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	return readTar(t, path, false, func(h *tar.Header) bool { return h.Typeflag == tar.TypeReg && h.Size < 1<<20 })
+}
+
+// TestSBOM checks the SBOM describes both operator binaries and their
+// modules.
+func TestSBOM(t *testing.T) {
+	dir := dist(t)
+	var sbom struct {
+		SPDXVersion string `json:"spdxVersion"`
+		Packages    []struct {
+			Name        string `json:"name"`
+			VersionInfo string `json:"versionInfo"`
+		} `json:"packages"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "etcd-operator-image.spdx.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &sbom); err != nil || sbom.SPDXVersion != "SPDX-2.3" {
+		t.Fatalf("SBOM: %v %q", err, sbom.SPDXVersion)
+	}
+	var binaries, controllerRuntime int
+	for _, p := range sbom.Packages {
+		if strings.Contains(p.Name, "manager-linux-") {
+			binaries++
+		}
+		if p.Name == "sigs.k8s.io/controller-runtime" {
+			controllerRuntime++
+		}
+	}
+	if binaries != 2 || controllerRuntime != 1 {
+		t.Errorf("the SBOM lists %d operator binaries and controller-runtime %d times, want 2 and 1", binaries, controllerRuntime)
+	}
+}
