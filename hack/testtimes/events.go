@@ -38,9 +38,14 @@ const (
 // logLine matches a line a test logged with t.Log, t.Error or t.Fatal.
 var logLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
 
-// remember keeps a logged line, the last keptLines of them.
+// contextLine matches a logged line that gives a failure's context (a
+// suite's dump of its namespace) rather than the failure.
+var contextLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: context: `)
+
+// remember keeps a logged line, the last keptLines of them; lines of
+// context are not kept, so that a dump after a failure leaves its reason.
 func (t *testTime) remember(output string) {
-	if !logLine.MatchString(output) {
+	if !logLine.MatchString(output) || contextLine.MatchString(output) {
 		return
 	}
 	line := strings.TrimSpace(output)

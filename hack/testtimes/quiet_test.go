@@ -17,6 +17,9 @@ const failingRunStdout = `FAIL	example.com/scratch/broken [build failed]
     fail_test.go:11: before the subtests
 === RUN   TestBad/broken
     fail_test.go:15: want 3 members, got 2
+    helpers_test.go:84: context: operator log lines of e2e-bad:
+        {"level":"info","msg":"reconciled"}
+    helpers_test.go:107: context: pod bad-x container etcd: 2 restarts, last exit 1 (Error), termination message:
 --- FAIL: TestBad/broken (0.04s)
 --- FAIL: TestBad (0.04s)
 ?   	example.com/scratch/notests	[no test files]

@@ -61,6 +61,8 @@ func release(t *testing.T, ns string) {
 	}
 }
 
+// dumpNamespace logs what a failed suite's namespace holds, each line
+// starting "context: " so that testtimes quotes the failure, not the dump.
 func dumpNamespace(t *testing.T, ns string) {
 	for _, args := range [][]string{
 		{"get", "etcdcluster,etcdmember,pods,pvc,pdb", "-o", "wide"},
@@ -69,7 +71,7 @@ func dumpNamespace(t *testing.T, ns string) {
 		{"get", "events", "--sort-by=.lastTimestamp"},
 	} {
 		out, _ := kubectl(append([]string{"-n", ns}, args...)...)
-		t.Logf("kubectl -n %s %s\n%s", ns, strings.Join(args, " "), out)
+		t.Logf("context: kubectl -n %s %s\n%s", ns, strings.Join(args, " "), out)
 	}
 	out, _ := kubectl("-n", operatorNS, "logs", "deploy/eo-etcd-operator", "--tail=2000")
 	var mine []string
@@ -81,7 +83,7 @@ func dumpNamespace(t *testing.T, ns string) {
 	if len(mine) > 300 {
 		mine = mine[len(mine)-300:]
 	}
-	t.Logf("operator log lines of %s:\n%s", ns, strings.Join(mine, "\n"))
+	t.Logf("context: operator log lines of %s:\n%s", ns, strings.Join(mine, "\n"))
 	dumpCrashes(t, ns)
 }
 
@@ -96,7 +98,7 @@ func dumpCrashes(t *testing.T, ns string) {
 	for _, p := range list.Items {
 		if strings.Contains(p.Name, "etcd-operator") {
 			out, _ := kubectl("-n", ns, "logs", p.Name, "--all-containers", "--tail=300")
-			t.Logf("log of operator pod %s/%s:\n%s", ns, p.Name, out)
+			t.Logf("context: log of operator pod %s/%s:\n%s", ns, p.Name, out)
 			continue
 		}
 		for _, cs := range p.Status.ContainerStatuses {
@@ -104,11 +106,11 @@ func dumpCrashes(t *testing.T, ns string) {
 				continue
 			}
 			if last := cs.LastTerminationState.Terminated; last != nil {
-				t.Logf("pod %s container %s: %d restarts, last exit %d (%s), termination message:\n%s",
+				t.Logf("context: pod %s container %s: %d restarts, last exit %d (%s), termination message:\n%s",
 					p.Name, cs.Name, cs.RestartCount, last.ExitCode, last.Reason, last.Message)
 			}
 			out, _ := kubectl("-n", ns, "logs", p.Name, "-c", cs.Name, "--previous", "--tail=40")
-			t.Logf("pod %s container %s, previous run's log tail:\n%s", p.Name, cs.Name, out)
+			t.Logf("context: pod %s container %s, previous run's log tail:\n%s", p.Name, cs.Name, out)
 		}
 	}
 }
