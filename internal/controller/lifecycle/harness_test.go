@@ -110,9 +110,9 @@ type harness struct {
 	guardSawLog map[types.UID]bool
 	// failFirstJoins makes the first starts of each joining member's etcd
 	// exit before it writes its log (its peers not reachable yet), that
-	// many times; joinStarts counts them by Pod name.
+	// many times; failedJoins counts them by Pod name.
 	failFirstJoins int
-	joinStarts     map[string]int
+	failedJoins    map[string]int
 	// ips numbers the Pod addresses the stand-in hands out.
 	ips int
 	// podsSeen records every Pod UID the kubelet saw, by Pod name.
@@ -152,7 +152,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	h := &harness{
-		t: t, broken: map[string]bool{}, probeFails: map[string]bool{}, cordoned: map[string]bool{}, budgetAllows: map[string]int{}, wiped: map[string]bool{}, wipedUnder: map[string]uint64{}, volumes: map[string]types.UID{}, startErrors: map[string]string{}, forced: map[string]int{}, guardSawLog: map[types.UID]bool{}, joinStarts: map[string]int{}, podsSeen: map[string]map[types.UID]bool{},
+		t: t, broken: map[string]bool{}, probeFails: map[string]bool{}, cordoned: map[string]bool{}, budgetAllows: map[string]int{}, wiped: map[string]bool{}, wipedUnder: map[string]uint64{}, volumes: map[string]types.UID{}, startErrors: map[string]string{}, forced: map[string]int{}, guardSawLog: map[types.UID]bool{}, failedJoins: map[string]int{}, podsSeen: map[string]map[types.UID]bool{},
 		nodes: map[string]string{}, downNodes: map[string]bool{},
 		etcd: etcdfake.New(0xc1, clk), clock: clk, events: &recorder{},
 	}

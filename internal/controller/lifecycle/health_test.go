@@ -153,13 +153,13 @@ func TestJoinFailingBeforeItsFirstLogIsRetried(t *testing.T) {
 	if len(names) != 3 {
 		t.Errorf("members %v: a member that failed its first starts was replaced", slices.Sorted(maps.Keys(names)))
 	}
-	for name, n := range h.joinStarts {
+	for name, n := range h.failedJoins {
 		if n != h.failFirstJoins {
 			t.Errorf("pod %s: %d failed first starts, want %d", name, n, h.failFirstJoins)
 		}
 	}
-	if len(h.joinStarts) != 2 {
-		t.Errorf("%d joining members failed their first starts, want 2", len(h.joinStarts))
+	if len(h.failedJoins) != 2 {
+		t.Errorf("%d joining members failed their first starts, want 2", len(h.failedJoins))
 	}
 }
 

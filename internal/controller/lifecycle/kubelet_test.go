@@ -231,52 +231,10 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 	name, peer, clientURL := flags["--name"], flags["--initial-advertise-peer-urls"], flags["--advertise-client-urls"]
 	_, version, _ := strings.Cut(p.Spec.Containers[0].Image, ":v")
 	if p.Annotations[manifest.AnnotationInitialClusterState] == manifest.StateNew {
-		if restores(p) && len(h.etcd.Members()) > 0 {
-			// The restore agent wrote a data directory of a new cluster
-			// from the snapshot.
-			if err := h.etcd.Rebuild(h.etcd.ClusterID() + 1); err != nil {
-				h.t.Errorf("pod %s restores a snapshot: %v", p.Name, err)
-				return false
-			}
-		}
-		if len(h.etcd.Members()) > 0 {
-			h.t.Errorf("pod %s starts etcd with --initial-cluster-state=new in a cluster that has formed", p.Name)
-			return false
-		}
-		h.etcd.BootstrapVersion(name, peer, clientURL, version)
-		return true
+		return h.bootstrapEtcd(p, name, peer, clientURL, version)
 	}
-	if h.freshVolume(p) && h.startedBefore(peer) {
-		// A member that ran keeps its raft log on its volume; a fresh one
-		// under its old identity is raft's empty-disk hazard.
-		h.t.Errorf("pod %s starts member %s on a new, empty volume under the identity it had before", p.Name, name)
-		h.wiped[p.Name] = true
-	}
-	// etcd wrote its log at a start that succeeded; a wipe took it.
-	hasLog := h.startedBefore(peer) && !h.wiped[p.Name]
-	if !hasLog && h.guardRefuses(p) {
-		h.startErrors[p.Name] = dataguard.Refusal + " (member/wal holds no .wal file)"
+	if !h.joinStarts(p, flags) {
 		return false
-	}
-	if !h.startedBefore(peer) && h.joinStarts[p.Name] < h.failFirstJoins {
-		h.joinStarts[p.Name]++
-		h.startErrors[p.Name] = "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs"
-		return false
-	}
-	if h.wiped[p.Name] && h.startedBefore(peer) {
-		if !h.etcdLetsItRejoin(p, flags) {
-			// etcd finds its peers ahead of its empty log and exits.
-			return false
-		}
-		// etcd starts empty, receives the leader's snapshot and serves as
-		// the member it was, having forgotten its votes.
-		h.t.Errorf("pod %s: member %s rejoined etcd under its old member ID on an empty data directory (raft's empty-disk hazard)", p.Name, name)
-	}
-	delete(h.wiped, p.Name)
-	if guarded(p) && hasLog {
-		// The guard found the log at the start: it marks that in its
-		// state directory.
-		h.guardSawLog[p.UID] = true
 	}
 	start := h.etcd.StartVersion
 	if envValue(p, "ETCD_FORCE_NEW_CLUSTER") == "true" {
@@ -294,6 +252,64 @@ func (h *harness) startEtcd(p *corev1.Pod, flags map[string]string) bool {
 	}
 	if flags["--snapshot-count"] == "1" {
 		h.etcd.Snapshot(peer)
+	}
+	return true
+}
+
+// bootstrapEtcd starts the seed of a new cluster, or of one rebuilt from a
+// snapshot.
+func (h *harness) bootstrapEtcd(p *corev1.Pod, name, peer, clientURL, version string) bool {
+	if restores(p) && len(h.etcd.Members()) > 0 {
+		// The restore agent wrote a data directory of a new cluster from
+		// the snapshot.
+		if err := h.etcd.Rebuild(h.etcd.ClusterID() + 1); err != nil {
+			h.t.Errorf("pod %s restores a snapshot: %v", p.Name, err)
+			return false
+		}
+	}
+	if len(h.etcd.Members()) > 0 {
+		h.t.Errorf("pod %s starts etcd with --initial-cluster-state=new in a cluster that has formed", p.Name)
+		return false
+	}
+	h.etcd.BootstrapVersion(name, peer, clientURL, version)
+	return true
+}
+
+// joinStarts says whether a joining (or rejoining) member's etcd gets past
+// the data guard and its own checks of the data directory.
+func (h *harness) joinStarts(p *corev1.Pod, flags map[string]string) bool {
+	name, peer := flags["--name"], flags["--initial-advertise-peer-urls"]
+	if h.freshVolume(p) && h.startedBefore(peer) {
+		// A member that ran keeps its raft log on its volume; a fresh one
+		// under its old identity is raft's empty-disk hazard.
+		h.t.Errorf("pod %s starts member %s on a new, empty volume under the identity it had before", p.Name, name)
+		h.wiped[p.Name] = true
+	}
+	// etcd wrote its log at a start that succeeded; a wipe took it.
+	hasLog := h.startedBefore(peer) && !h.wiped[p.Name]
+	if !hasLog && h.guardRefuses(p) {
+		h.startErrors[p.Name] = dataguard.Refusal + " (member/wal holds no .wal file)"
+		return false
+	}
+	if !h.startedBefore(peer) && h.failedJoins[p.Name] < h.failFirstJoins {
+		h.failedJoins[p.Name]++
+		h.startErrors[p.Name] = "cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs"
+		return false
+	}
+	if h.wiped[p.Name] && h.startedBefore(peer) {
+		if !h.etcdLetsItRejoin(p, flags) {
+			// etcd finds its peers ahead of its empty log and exits.
+			return false
+		}
+		// etcd starts empty, receives the leader's snapshot and serves as
+		// the member it was, having forgotten its votes.
+		h.t.Errorf("pod %s: member %s rejoined etcd under its old member ID on an empty data directory (raft's empty-disk hazard)", p.Name, name)
+	}
+	delete(h.wiped, p.Name)
+	if guarded(p) && hasLog {
+		// The guard found the log at the start: it marks that in its
+		// state directory.
+		h.guardSawLog[p.UID] = true
 	}
 	return true
 }
