@@ -191,11 +191,13 @@ func deleteClusters(t *testing.T, ns string) {
 // the cluster grows from its seed).
 func timeToAvailable(t *testing.T, ns, name string, n int32) (float64, time.Duration) {
 	start := time.Now()
+	tl := watchTimeline(t, ns, name, start)
 	newCluster(t, ns, name, n)
 	w := startWriter(t, ns, name)
 	defer w.halt()
 	waitReconciled(t, ns, name, int(n), 5*time.Minute)
 	took := time.Since(start).Seconds()
+	tl.stop(t, fmt.Sprintf("%s, %d members created (reconciled at %.2f)", name, n, took))
 	w.mark("end")
 	w.verify("end")
 	return took, w.stallSinceFirstWrite("end")
@@ -227,6 +229,7 @@ func timeToScale(t *testing.T, ns, name string, n int32) (float64, time.Duration
 	w.requireWritesAfter("", 5, time.Minute)
 	w.mark("start")
 	start := time.Now()
+	tl := watchTimeline(t, ns, name, start)
 	setReplicas(t, ns, name, n)
 	waitReconciled(t, ns, name, int(n), 5*time.Minute)
 	// Shrinking ends when the Pods that went are gone, as the floor's does.
@@ -235,6 +238,7 @@ func timeToScale(t *testing.T, ns, name string, n int32) (float64, time.Duration
 		return left == int(n), fmt.Sprintf("%d left", left)
 	})
 	took := time.Since(start).Seconds()
+	tl.stop(t, fmt.Sprintf("%s scaled to %d (done at %.2f)", name, n, took))
 	w.mark("end")
 	w.verify("end")
 	return took, w.longestStall("start", "end")
@@ -258,6 +262,7 @@ func timeToReplace(t *testing.T, ns, name string, tmpfs bool) (float64, time.Dur
 	victim := members(t, ns, name)[1].Name
 	w.mark("start")
 	start := time.Now()
+	tl := watchTimeline(t, ns, name, start)
 	if tmpfs {
 		deletePod(t, ns, victim)
 	} else {
@@ -272,6 +277,7 @@ func timeToReplace(t *testing.T, ns, name string, tmpfs bool) (float64, time.Dur
 	waitReplaced(t, ns, name, victim, 3, 5*time.Minute)
 	waitReconciled(t, ns, name, 3, 5*time.Minute)
 	took := time.Since(start).Seconds()
+	tl.stop(t, fmt.Sprintf("%s, %s replaced (done at %.2f)", name, victim, took))
 	w.mark("end")
 	w.verify("end")
 	return took, w.longestStall("start", "end")

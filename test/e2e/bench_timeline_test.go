@@ -1,0 +1,152 @@
+//go:build bench
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/seed74754924/etcd-operator/internal/manifest"
+)
+
+// The steps of a member's timeline, in the order they usually happen.
+var timelineSteps = []string{"created", "pod", "pvc bound", "scheduled", "added", "started", "ready", "promoted"}
+
+// timeline records, from watches, when each member of one cluster reached
+// each step: the operator's Events (member created, added to etcd as a
+// learner, promoted), its Pod (created, scheduled, container started,
+// Ready) and its claim (bound). Times are when the watch saw them, which
+// the API server's one-second timestamps would blur.
+type timeline struct {
+	cluster string
+	start   time.Time
+	mu      sync.Mutex
+	at      map[string]map[string]time.Duration
+	stops   []func()
+}
+
+// watchTimeline starts recording the cluster's timeline; start is its
+// zero.
+func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline {
+	tl := &timeline{cluster: cluster, start: start, at: map[string]map[string]time.Duration{}}
+	ctx := context.Background()
+	selector := metav1.ListOptions{LabelSelector: manifest.LabelCluster + "=" + cluster}
+	for _, open := range []func() (watch.Interface, error){
+		func() (watch.Interface, error) { return cs.CoreV1().Pods(ns).Watch(ctx, selector) },
+		func() (watch.Interface, error) {
+			return cs.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{})
+		},
+		func() (watch.Interface, error) {
+			return cs.EventsV1().Events(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + cluster})
+		},
+	} {
+		w, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.stops = append(tl.stops, w.Stop)
+		go func() {
+			for ev := range w.ResultChan() {
+				tl.see(ev.Object)
+			}
+		}()
+	}
+	return tl
+}
+
+// mark records the first time member reached step.
+func (tl *timeline) mark(member, step string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if tl.at[member] == nil {
+		tl.at[member] = map[string]time.Duration{}
+	}
+	if _, ok := tl.at[member][step]; !ok {
+		tl.at[member][step] = time.Since(tl.start)
+	}
+}
+
+func (tl *timeline) see(obj any) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		tl.mark(o.Name, "pod")
+		for _, c := range o.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+				tl.mark(o.Name, "scheduled")
+			}
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				tl.mark(o.Name, "ready")
+			}
+		}
+		for _, s := range o.Status.ContainerStatuses {
+			if s.Name == manifest.EtcdContainer && s.State.Running != nil {
+				tl.mark(o.Name, "started")
+			}
+		}
+	case *corev1.PersistentVolumeClaim:
+		if member, ok := strings.CutPrefix(o.Name, manifest.PVCName("")); ok && strings.HasPrefix(member, tl.cluster+"-") && o.Status.Phase == corev1.ClaimBound {
+			tl.mark(member, "pvc bound")
+		}
+	case *eventsv1.Event:
+		step := map[string]string{"MemberCreated": "created", "MemberAdded": "added", "MemberPromoted": "promoted"}[o.Reason]
+		if step == "" {
+			return
+		}
+		for _, word := range strings.Fields(o.Note) {
+			if strings.HasPrefix(word, tl.cluster+"-") {
+				tl.mark(word, step)
+				return
+			}
+		}
+	}
+}
+
+// stop ends the watches and prints the table: one row per member, the
+// seconds since the zero at which it reached each step.
+func (tl *timeline) stop(t *testing.T, what string) {
+	for _, s := range tl.stops {
+		s()
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	members := make([]string, 0, len(tl.at))
+	for m := range tl.at {
+		members = append(members, m)
+	}
+	first := func(m string) time.Duration {
+		d := time.Duration(1 << 62)
+		for _, at := range tl.at[m] {
+			d = min(d, at)
+		}
+		return d
+	}
+	slices.SortFunc(members, func(a, b string) int { return int(first(a) - first(b)) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "timeline of %s (seconds since the scenario began):\n  %-18s", what, "member")
+	for _, s := range timelineSteps {
+		fmt.Fprintf(&b, " %9s", s)
+	}
+	b.WriteString("\n")
+	for _, m := range members {
+		fmt.Fprintf(&b, "  %-18s", m)
+		for _, s := range timelineSteps {
+			if at, ok := tl.at[m][s]; ok {
+				fmt.Fprintf(&b, " %9.2f", at.Seconds())
+			} else {
+				fmt.Fprintf(&b, " %9s", "-")
+			}
+		}
+		b.WriteString("\n")
+	}
+	fmt.Print(b.String())
+}
