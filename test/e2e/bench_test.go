@@ -224,7 +224,9 @@ func bootstrapSpread(t *testing.T, ns string, n int, floor float64) []result {
 }
 
 func timeToScale(t *testing.T, ns, name string, n int32) (float64, time.Duration) {
-	w := startWriter(t, ns, name)
+	// Keys of their own: the cluster's earlier writers' keys are not in
+	// this writer's history.
+	w := startWriterIn(t, ns, name, fmt.Sprintf("%s-to%d", name, n))
 	defer w.halt()
 	w.requireWritesAfter("", 5, time.Minute)
 	w.mark("start")

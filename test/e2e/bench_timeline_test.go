@@ -41,13 +41,29 @@ func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline 
 	tl := &timeline{cluster: cluster, start: start, at: map[string]map[string]time.Duration{}}
 	ctx := context.Background()
 	selector := metav1.ListOptions{LabelSelector: manifest.LabelCluster + "=" + cluster}
+	// Each watch starts at its list's resourceVersion: what existed before
+	// the scenario is not replayed as if it happened in it.
 	for _, open := range []func() (watch.Interface, error){
-		func() (watch.Interface, error) { return cs.CoreV1().Pods(ns).Watch(ctx, selector) },
 		func() (watch.Interface, error) {
-			return cs.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{})
+			l, err := cs.CoreV1().Pods(ns).List(ctx, selector)
+			if err != nil {
+				return nil, err
+			}
+			return cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector.LabelSelector, ResourceVersion: l.ResourceVersion})
 		},
 		func() (watch.Interface, error) {
-			return cs.EventsV1().Events(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + cluster})
+			l, err := cs.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return cs.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+		},
+		func() (watch.Interface, error) {
+			l, err := cs.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + cluster})
+			if err != nil {
+				return nil, err
+			}
+			return cs.EventsV1().Events(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "regarding.name=" + cluster, ResourceVersion: l.ResourceVersion})
 		},
 	} {
 		w, err := open()
