@@ -15,7 +15,10 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
@@ -32,7 +35,10 @@ type timeline struct {
 	start   time.Time
 	mu      sync.Mutex
 	at      map[string]map[string]time.Duration
-	stops   []func()
+	// said is what the cluster's Progressing condition said, each message
+	// with when it first did: what the operator waited on.
+	said  []string
+	stops []func()
 }
 
 // watchTimeline starts recording the cluster's timeline; start is its
@@ -77,6 +83,24 @@ func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline 
 			}
 		}()
 	}
+	// The cluster's condition is polled as often as the scenarios poll.
+	done := make(chan struct{})
+	tl.stops = append(tl.stops, func() { close(done) })
+	go func() {
+		for {
+			c := &v1alpha2.EtcdCluster{}
+			if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, c); err == nil {
+				if p := conditions.Get(c.Status.Conditions, conditions.Progressing); p != nil {
+					tl.progress(p.Message)
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 	return tl
 }
 
@@ -90,6 +114,18 @@ func (tl *timeline) mark(member, step string) {
 	if _, ok := tl.at[member][step]; !ok {
 		tl.at[member][step] = time.Since(tl.start)
 	}
+}
+
+// progress records a Progressing message the first time it is seen in a
+// row.
+func (tl *timeline) progress(msg string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	line := fmt.Sprintf("%6.2f  %s", time.Since(tl.start).Seconds(), msg)
+	if n := len(tl.said); n > 0 && strings.HasSuffix(tl.said[n-1], "  "+msg) {
+		return
+	}
+	tl.said = append(tl.said, line)
 }
 
 func (tl *timeline) see(obj any) {
@@ -163,6 +199,10 @@ func (tl *timeline) stop(t *testing.T, what string) {
 			}
 		}
 		b.WriteString("\n")
+	}
+	b.WriteString("  the operator's Progressing condition said:\n")
+	for _, l := range tl.said {
+		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	fmt.Print(b.String())
 }
