@@ -228,21 +228,31 @@ func (c *floorCluster) join(t *testing.T) {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d", c.name, c.next)
 	var id uint64
+	began := time.Now()
+	var refusals []string
+	defer func() {
+		t.Logf("floor %s: %s joined in %.2f s (etcd refused %d times: %s)", c.name, name, time.Since(began).Seconds(), len(refusals), summarize(refusals))
+	}()
 	c.until(t, "learner "+name+" added", func() (bool, string) {
 		resp, err := c.call(func(ctx context.Context, cl *clientv3.Client) (any, error) {
 			return cl.MemberAddAsLearner(ctx, []string{"http://" + c.host(name) + ":2380"})
 		})
 		if err != nil {
+			refusals = append(refusals, fmt.Sprintf("add at %.1f s: %v", time.Since(began).Seconds(), err))
 			return false, err.Error()
 		}
 		id = resp.(*clientv3.MemberAddResponse).Member.ID
 		return true, ""
 	})
+	added := time.Since(began).Seconds()
 	c.startPods(t, 1, "existing")
 	c.waitReady(t, len(c.members))
+	ready := time.Since(began).Seconds()
+	defer func() { t.Logf("floor %s: %s added at %.2f s, Ready at %.2f s", c.name, name, added, ready) }()
 	c.until(t, "learner "+name+" promoted", func() (bool, string) {
 		_, err := c.call(func(ctx context.Context, cl *clientv3.Client) (any, error) { return cl.MemberPromote(ctx, id) })
 		if err != nil {
+			refusals = append(refusals, fmt.Sprintf("promote at %.1f s: %v", time.Since(began).Seconds(), err))
 			return false, err.Error()
 		}
 		return true, ""
@@ -334,4 +344,24 @@ func (c *floorCluster) delete(t *testing.T) {
 		}
 		return len(list.Items) == 0, fmt.Sprintf("%d left", len(list.Items))
 	})
+}
+
+// summarize folds repeated refusals: the first and the last of each kind.
+func summarize(refusals []string) string {
+	if len(refusals) == 0 {
+		return "none"
+	}
+	var out []string
+	for i, r := range refusals {
+		if i == 0 || i == len(refusals)-1 || kindOf(r) != kindOf(refusals[i-1]) || kindOf(r) != kindOf(refusals[i+1]) {
+			out = append(out, r)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func kindOf(refusal string) string {
+	verb, _, _ := strings.Cut(refusal, " ")
+	_, err, _ := strings.Cut(refusal, ": ")
+	return verb + err
 }
