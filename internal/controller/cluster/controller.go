@@ -103,6 +103,14 @@ const secretPoll = 30 * time.Second
 // and the Degraded condition must not keep reporting one that is gone.
 const alarmPoll = 10 * time.Second
 
+// healthPoll is how often a cluster at rest asks etcd about itself again.
+// A leader lost shows in the Pods' readiness, which is watched, but an alarm
+// raised (NOSPACE, which readiness leaves out on purpose) shows nowhere in
+// Kubernetes, and the leader and database metrics must not go stale. The
+// look costs etcd a status call per member and the API server nothing (the
+// objects come from the cache, and an unchanged status is not written).
+const healthPoll = 30 * time.Second
+
 // Reconcile observes, plans one change, carries it out and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cluster := &v1alpha2.EtcdCluster{}
@@ -184,8 +192,9 @@ func (r *Reconciler) maintain(ctx context.Context, w *world) {
 
 // requeue is the shortest of the timers the pass waits on: the plan's or the
 // action's, the progress deadline, a joining member's own deadline, for
-// members that mount Secrets the poll that notices rotated certificates, and
-// while etcd reports an alarm the poll that notices it disarmed.
+// members that mount Secrets the poll that notices rotated certificates,
+// while etcd reports an alarm the poll that notices it disarmed, and, for a
+// cluster that runs, the health poll.
 func requeue(w *world, p plan, o outcome) time.Duration {
 	var next time.Duration
 	consider := func(d *time.Duration, pad time.Duration) {
@@ -206,6 +215,9 @@ func requeue(w *world, p plan, o outcome) time.Duration {
 	}
 	if len(w.alarms()) > 0 {
 		consider(ptr.To(alarmPoll), 0)
+	}
+	if len(w.running()) > 0 {
+		consider(ptr.To(healthPoll), 0)
 	}
 	return next
 }
