@@ -38,6 +38,7 @@ type timeline struct {
 	// said is what the cluster's Progressing condition said, each message
 	// with when it first did: what the operator waited on.
 	said  []string
+	last  map[string]bool
 	stops []func()
 }
 
@@ -94,6 +95,16 @@ func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline 
 					tl.progress(p.Message)
 				}
 			}
+			// And each member's own account while it is not Ready (a
+			// member whose etcd did not answer the operator yet, say).
+			ms := &v1alpha2.EtcdMemberList{}
+			if err := k.List(ctx, ms, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: cluster}); err == nil {
+				for _, m := range ms.Items {
+					if r := conditions.Get(m.Status.Conditions, conditions.Ready); r != nil && r.Status != metav1.ConditionTrue {
+						tl.progress(fmt.Sprintf("[%s] %s: %s", m.Name, r.Reason, r.Message))
+					}
+				}
+			}
 			select {
 			case <-done:
 				return
@@ -116,15 +127,18 @@ func (tl *timeline) mark(member, step string) {
 	}
 }
 
-// progress records a Progressing message the first time it is seen in a
-// row.
+// progress records a message the first time it is seen.
 func (tl *timeline) progress(msg string) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	line := fmt.Sprintf("%6.2f  %s", time.Since(tl.start).Seconds(), msg)
-	if n := len(tl.said); n > 0 && strings.HasSuffix(tl.said[n-1], "  "+msg) {
+	if tl.last[msg] {
 		return
 	}
+	if tl.last == nil {
+		tl.last = map[string]bool{}
+	}
+	tl.last[msg] = true
 	tl.said = append(tl.said, line)
 }
 
