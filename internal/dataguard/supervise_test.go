@@ -1,13 +1,13 @@
 package dataguard
 
 import (
+	"bufio"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // sh runs a shell script as the guard's child, with the data directory in
@@ -56,17 +56,22 @@ func TestSuperviseFirstRunWithoutLog(t *testing.T) {
 func TestSuperviseSignals(t *testing.T) {
 	data := t.TempDir()
 	signals := make(chan os.Signal, 1)
-	ready := filepath.Join(data, "trapped")
+	// The script says on stdout when its trap is set; the signal goes then.
+	// It gives up by itself after 30 s, so a signal lost fails the test.
+	ready, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ready.Close() }()
+	cmd := sh(data, `trap 'exit 7' TERM; echo trapped; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 9`)
+	cmd.Stdout = w
 	go func() {
-		for {
-			if _, err := os.Stat(ready); err == nil {
-				signals <- syscall.SIGTERM
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if line, _ := bufio.NewReader(ready).ReadString('\n'); line == "trapped\n" {
+			signals <- syscall.SIGTERM
 		}
 	}()
-	code, err := Supervise(sh(data, `trap 'exit 7' TERM; : > "$D/trapped"; while :; do sleep 0.1; done`), signals, data, "")
+	code, err := Supervise(cmd, signals, data, "")
+	_ = w.Close()
 	if err != nil || code != 7 {
 		t.Fatalf("Supervise = %d, %v; want 7 from etcd's own handling of SIGTERM", code, err)
 	}

@@ -314,17 +314,7 @@ func (c *floorCluster) call(f func(context.Context, *clientv3.Client) (any, erro
 
 func (c *floorCluster) until(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		time.Sleep(pollFloor)
-	}
-	t.Fatalf("floor: %s: not within 3m; last seen: %s", what, last)
+	eventuallyEvery(t, pollFloor, 3*time.Minute, "floor: "+what, cond)
 }
 
 // delete removes the cluster's Pods and Service and waits for the Pods to

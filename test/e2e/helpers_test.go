@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -119,8 +120,14 @@ func dumpCrashes(t *testing.T, ns string) {
 // whether it holds and, if not, what it saw, for the failure message.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	eventuallyEvery(t, 250*time.Millisecond, timeout, what, cond)
+}
+
+// eventuallyEvery is eventually, looking every interval.
+func eventuallyEvery(t *testing.T, interval, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	last := ""
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(context.Context) (bool, error) {
 		ok, seen := cond()
 		last = seen
 		return ok, nil
@@ -129,6 +136,29 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 		t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
 	}
 }
+
+// consistently checks, every 250 ms for the whole period, that cond still
+// holds: an absence (nothing changed) has no event to wait for, so it is
+// watched for a while instead, and a change that comes and goes is caught
+// too.
+func consistently(t *testing.T, period time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	seen := ""
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, period, true, func(context.Context) (bool, error) {
+		ok, s := cond()
+		if !ok {
+			seen = s
+			return false, errBroken
+		}
+		return false, nil
+	})
+	if errors.Is(err, errBroken) {
+		t.Fatalf("%s: no longer so: %s", what, seen)
+	}
+}
+
+// errBroken ends a consistently poll at the first look that fails.
+var errBroken = errors.New("condition broken")
 
 // clusterSpec builds a plain cluster of n members of the default version.
 func newCluster(t *testing.T, ns, name string, n int32, mods ...func(*v1alpha2.EtcdCluster)) *v1alpha2.EtcdCluster {
