@@ -269,6 +269,10 @@ func (r *Reconciler) promote(ctx context.Context, w *world, c *change) outcome {
 	}
 	patch := client.MergeFrom(m.DeepCopy())
 	m.Status.IsVoter = true
+	if m.Status.MemberID == "" {
+		// The member controller's own discovery may not have answered yet.
+		m.Status.MemberID = etcd.FormatID(c.etcdID)
+	}
 	if err := r.Client.Status().Patch(ctx, m, patch); err != nil {
 		return outcome{err: fmt.Errorf("recording %s as a voter: %w", m.Name, err)}
 	}

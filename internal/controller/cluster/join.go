@@ -3,6 +3,7 @@ package cluster
 import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 	"github.com/seed74754924/etcd-operator/internal/version"
@@ -81,7 +82,10 @@ func published(w *world, m *v1alpha2.EtcdMember) bool {
 
 // promoteLearner promotes etcd's learner once it has caught up with the
 // leader, by both their fresh reports. A learner that is leaving, lost or
-// not started yet holds nothing else up.
+// not started yet holds nothing else up. The learner's own answer in this
+// pass proves it serves as the member etcd lists: the promotion does not
+// wait for the member controller to record the ID as well (its first call
+// to a new learner can take its whole timeout).
 func (pl *planner) promoteLearner() bool {
 	w := pl.w
 	em := w.learner()
@@ -93,10 +97,13 @@ func (pl *planner) promoteLearner() bool {
 		return false
 	}
 	pl.working(conditions.ReasonPromotingLearner, "Waiting for learner %s to catch up", m.Name)
-	if why := w.podProblem(m); why != "" || m.Status.MemberID == "" {
-		// The learner does not serve yet; its Pod's and its member's
-		// status changes wake us.
+	if why := w.podProblem(m); why != "" {
+		// The learner does not run yet; its Pod's changes wake us.
 		return false
+	}
+	if st := w.etcd.status[m.Name]; st != nil && st.MemberID != em.ID {
+		return pl.wait(etcdRetry, conditions.ReasonPromotingLearner, "Waiting for learner %s: it answers as member %s, etcd lists it as %s",
+			m.Name, etcd.FormatID(st.MemberID), etcd.FormatID(em.ID))
 	}
 	if ok, why := w.caughtUp(m); !ok {
 		// Catching up is not watched: look again shortly.

@@ -156,6 +156,10 @@ func leaderIs(name string) func(*world) {
 	}
 }
 
+// w3LearnerID is the etcd ID addMember gives a fourth member (learner "m3"
+// of a healthy 3-member world).
+const w3LearnerID = 0x13
+
 func learner(name string, applied uint64) func(*world) {
 	return func(w *world) {
 		m := addMember(w, name, t0.Add(time.Hour))
@@ -364,6 +368,25 @@ func TestPlanHardening(t *testing.T) {
 			}},
 		{name: "a caught-up learner is promoted",
 			w: healthyWorld(3, learner("m3", 990), wantReplicas(4)), kind: promote, member: "m3"},
+		{name: "a caught-up learner is promoted before its member records the ID (its own answer in this pass proves it)",
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), func(w *world) { member(w, "m3").Status.MemberID = "" }),
+			kind: promote, member: "m3",
+			check: func(t *testing.T, p plan) {
+				if p.change.etcdID != w3LearnerID {
+					t.Errorf("promotes %x, etcd lists the learner as %x", p.change.etcdID, w3LearnerID)
+				}
+			}},
+		{name: "a learner that does not answer is not promoted",
+			w: healthyWorld(3, learner("m3", 990), wantReplicas(4), func(w *world) {
+				member(w, "m3").Status.MemberID = ""
+				delete(w.etcd.status, "m3")
+				w.etcd.statusErr["m3"] = fmt.Errorf("context deadline exceeded")
+			}), kind: 0, progress: "catch up"},
+		{name: "a learner that answers as another member is not promoted",
+			w: healthyWorld(3, learner("m3", 990), wantReplicas(4), func(w *world) {
+				member(w, "m3").Status.MemberID = ""
+				w.etcd.status["m3"].MemberID = 0x99
+			}), kind: 0, progress: "answers as member 0000000000000099"},
 		{name: "a learner behind the leader waits",
 			w: healthyWorld(3, learner("m3", 100), wantReplicas(4)), kind: 0, progress: "catch up"},
 		{name: "scaling down removes the newest member",
