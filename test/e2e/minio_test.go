@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
-	"fmt"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,7 +27,10 @@ import (
 )
 
 // s3Server is a MinIO Pod of a suite's namespace, with a Service, reachable
-// from the test on the host at the Pod's address.
+// from the test on the host at the Pod's address. It serves HTTPS with a
+// certificate from a private CA, as a store inside a company does: every
+// location the suites use names the CA's Secret (s3-ca), and the agents
+// trust the public roots the operator's image carries and that CA.
 type s3Server struct {
 	ns        string
 	endpoint  string // in the cluster: http://minio.<ns>.svc:9000
@@ -40,8 +45,9 @@ const (
 )
 
 // startS3 runs MinIO in ns (the image the sandbox built from the
-// toolchain), waits until it serves, and stores its credentials in the
-// Secret s3-credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY).
+// toolchain) over HTTPS, waits until it serves, and stores its credentials
+// in the Secret s3-credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
+// and its CA in the Secret s3-ca (ca.crt).
 func startS3(t *testing.T, ns string) *s3Server {
 	t.Helper()
 	ctx := context.Background()
@@ -49,6 +55,16 @@ func startS3(t *testing.T, ns string) *s3Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ca := newNamedCA(t, "e2e object store CA")
+	host := "minio." + ns + ".svc"
+	createTLSSecret(t, ns, "minio-tls", ca.issue(t, host, []string{host, host + ".cluster.local"},
+		[]x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}), ca.certPEM)
+	caSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s3-ca"}, Data: map[string][]byte{"ca.crt": ca.certPEM}}
+	if err := k.Create(ctx, caSecret); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.certPEM)
 	labels := map[string]string{"app": "minio"}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "minio", Namespace: ns, Labels: labels},
@@ -56,17 +72,19 @@ func startS3(t *testing.T, ns string) *s3Server {
 			SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532)},
 			Containers: []corev1.Container{{
 				Name: "minio", Image: ref, ImagePullPolicy: corev1.PullIfNotPresent,
-				Args: []string{"server", "/data", "--address", ":9000", "--quiet"},
+				Args: []string{"server", "/data", "--address", ":9000", "--certs-dir", "/certs", "--quiet"},
 				Env: []corev1.EnvVar{{Name: "MINIO_ROOT_USER", Value: minioUser}, {Name: "MINIO_ROOT_PASSWORD", Value: minioPassword},
 					{Name: "MINIO_BROWSER", Value: "off"}},
 				Ports: []corev1.ContainerPort{{Name: "s3", ContainerPort: 9000}},
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-					Path: "/minio/health/ready", Port: intstr.FromInt32(9000)}}, PeriodSeconds: 1},
-				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+					Path: "/minio/health/ready", Port: intstr.FromInt32(9000), Scheme: corev1.URISchemeHTTPS}}, PeriodSeconds: 1},
+				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "certs", MountPath: "/certs", ReadOnly: true}},
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 					corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("128Mi")}},
 			}},
-			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "minio-tls",
+					Items: []corev1.KeyToPath{{Key: "tls.crt", Path: "public.crt"}, {Key: "tls.key", Path: "private.key"}, {Key: "ca.crt", Path: "CAs/ca.crt"}}}}}},
 		},
 	}
 	svc := &corev1.Service{
@@ -79,7 +97,7 @@ func startS3(t *testing.T, ns string) *s3Server {
 	if err := k.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	s := &s3Server{ns: ns, endpoint: fmt.Sprintf("http://minio.%s.svc:9000", ns), accessKey: minioUser, secretKey: minioPassword}
+	s := &s3Server{ns: ns, endpoint: "https://" + host + ":9000", accessKey: minioUser, secretKey: minioPassword}
 	eventually(t, 3*time.Minute, "MinIO ready", func() (bool, string) {
 		p := &corev1.Pod{}
 		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minio"}, p); err != nil {
@@ -88,7 +106,11 @@ func startS3(t *testing.T, ns string) *s3Server {
 		if !podIsReady(p.Status.Conditions) || p.Status.PodIP == "" {
 			return false, string(p.Status.Phase)
 		}
-		c, err := minio.New(net.JoinHostPort(p.Status.PodIP, "9000"), &minio.Options{Creds: credentials.NewStaticV4(minioUser, minioPassword, "")})
+		// The test reaches the Pod by its address and checks the
+		// certificate against the Service's name.
+		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12}}
+		c, err := minio.New(net.JoinHostPort(p.Status.PodIP, "9000"), &minio.Options{Creds: credentials.NewStaticV4(minioUser, minioPassword, ""),
+			Secure: true, Transport: tr})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -127,6 +149,7 @@ func (s *s3Server) location(bucket, key string) v1alpha2.SnapshotLocation {
 	return v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{
 		Endpoint: s.endpoint, Bucket: bucket, Key: key, ForcePathStyle: true,
 		CredentialsSecretRef: corev1.LocalObjectReference{Name: "s3-credentials"},
+		CASecretRef:          &corev1.LocalObjectReference{Name: "s3-ca"},
 	}}
 }
 

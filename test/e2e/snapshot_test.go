@@ -25,9 +25,10 @@ import (
 )
 
 // TestSnapshotAndRestore writes 10,000 keys into a cluster of 3, snapshots it
-// to MinIO and to a PVC, restores each snapshot into a new cluster of 3 and
-// compares every key and value; then every way a snapshot or a restore can
-// fail, each reported with a reason that says which.
+// to MinIO (over HTTPS from a private CA: refused without the CA's Secret)
+// and to a PVC, restores each snapshot into a new cluster of 3 and compares
+// every key and value; then every way a snapshot or a restore can fail, each
+// reported with a reason that says which.
 func TestSnapshotAndRestore(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, "e2e-snapshot")
@@ -41,8 +42,17 @@ func TestSnapshotAndRestore(t *testing.T) {
 
 	newSnapshot(t, ns, "to-s3", source, s3.location("backups", source))
 	newSnapshot(t, ns, "to-pvc", source, pvcLocation("backups", source))
+	// The store's certificate comes from a private CA: without the CA's
+	// Secret the agent refuses it, and says why.
+	untrusted := s3.location("backups", "untrusted")
+	untrusted.S3.CASecretRef = nil
+	newSnapshot(t, ns, "untrusted", source, untrusted)
 	toS3 := waitSnapshot(t, ns, "to-s3", v1alpha2.SnapshotComplete, "", 5*time.Minute)
 	toPVC := waitSnapshot(t, ns, "to-pvc", v1alpha2.SnapshotComplete, "", 5*time.Minute)
+	waitSnapshot(t, ns, "untrusted", v1alpha2.SnapshotFailed, conditions.ReasonS3CertificateNotTrusted, 5*time.Minute)
+	if keys := s3.objects(t, "backups", "untrusted/"); len(keys) != 0 {
+		t.Errorf("a snapshot refused as untrusted left objects: %v", keys)
+	}
 	checkArtifact(t, toS3, "s3://backups/source/to-s3.db")
 	checkArtifact(t, toPVC, "file:///snapshot/data/source/to-pvc.db")
 	stored := s3.read(t, "backups", "source/to-s3.db")
