@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/minio/minio-go/v7"
@@ -64,11 +65,11 @@ func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	creds, err := s3Credentials(cfg)
+	transport, err := s3Transport(cfg, secure)
 	if err != nil {
 		return nil, err
 	}
-	transport, err := s3Transport(cfg, secure)
+	creds, err := s3Credentials(cfg, transport)
 	if err != nil {
 		return nil, err
 	}
@@ -101,25 +102,97 @@ func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
 	return &s3Store{c: c, bucket: cfg.Bucket, prefix: p}, nil
 }
 
+// envSTSEndpoint is the AWS SDKs' variable for the STS endpoint.
+const envSTSEndpoint = "AWS_ENDPOINT_URL_STS"
+
 // s3Credentials are the static keys when given; with neither key, the
 // standard AWS credential chain: the environment (AWS_ACCESS_KEY_ID...), the
 // shared credentials file, then the IAM sources: a web identity token file
 // (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN: EKS IRSA, GKE and Azure
 // workload identity federation), the container credentials endpoint (ECS,
-// EKS Pod Identity), and the instance metadata service.
-func s3Credentials(cfg S3Config) (*credentials.Credentials, error) {
+// EKS Pod Identity), and the instance metadata service. A web identity is
+// exchanged at AWS's STS unless AWS_ENDPOINT_URL_STS (the SDKs' setting
+// for one service's endpoint) names another one, such as MinIO's; the
+// exchange trusts what the store's own connection trusts (the CA bundle).
+func s3Credentials(cfg S3Config, transport http.RoundTripper) (*credentials.Credentials, error) {
 	switch {
 	case cfg.AccessKey != "" && cfg.SecretKey != "":
 		return credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken), nil
 	case cfg.AccessKey != "" || cfg.SecretKey != "":
 		return nil, permanent(conditions.ReasonAgentMisconfigured, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set, or neither (the AWS credential chain)")
 	}
-	return credentials.NewChainCredentials([]credentials.Provider{
-		&credentials.EnvAWS{},
-		&credentials.FileAWSCredentials{},
-		&credentials.IAM{},
+	iam := &credentials.IAM{Client: &http.Client{Transport: transport}}
+	tokenFile := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE")
+	if tokenFile != "" {
+		// Only then: without a token file the provider's endpoint is the
+		// instance metadata service's.
+		iam.Endpoint = os.Getenv(envSTSEndpoint)
+	}
+	return credentials.New(&credentialChain{
+		providers: []credentials.Provider{&credentials.EnvAWS{}, &credentials.FileAWSCredentials{}, iam},
+		iam:       iam, tokenFile: tokenFile,
 	}), nil
 }
+
+// credentialChain is the AWS chain, first source with keys wins, except
+// that a web identity token that is there but is not exchanged is an error
+// that says why; minio-go's own chain goes on anonymously then, and the
+// store's refusal ("access denied") would hide the cause.
+type credentialChain struct {
+	providers []credentials.Provider
+	iam       *credentials.IAM
+	tokenFile string
+	current   credentials.Provider
+}
+
+func (c *credentialChain) RetrieveWithCredContext(cc *credentials.CredContext) (credentials.Value, error) {
+	var iamErr error
+	for _, p := range c.providers {
+		v, err := p.RetrieveWithCredContext(cc)
+		if v.AccessKeyID != "" || v.SecretAccessKey != "" {
+			c.current = p
+			return v, nil
+		}
+		if p == c.iam {
+			iamErr = err
+		}
+	}
+	if c.tokenFile != "" {
+		return credentials.Value{}, &webIdentityError{tokenFile: c.tokenFile, sts: c.iam.Endpoint, err: iamErr}
+	}
+	return credentials.Value{SignerType: credentials.SignatureAnonymous}, nil
+}
+
+func (c *credentialChain) Retrieve() (credentials.Value, error) {
+	return c.RetrieveWithCredContext(nil)
+}
+
+func (c *credentialChain) IsExpired() bool { return c.current == nil || c.current.IsExpired() }
+
+// stsRefusals are the STS's answers to AssumeRoleWithWebIdentity that the
+// same token will always get; any other (the IdP not reached, the STS not
+// ready) may pass on a later try.
+var stsRefusals = map[string]bool{
+	"InvalidIdentityToken": true, "IDPRejectedClaim": true, "ExpiredTokenException": true, "ExpiredToken": true,
+	"AccessDenied": true, "InvalidParameterValue": true, "InvalidClientTokenId": true, "MalformedPolicyDocument": true,
+}
+
+// webIdentityError: the web identity token was not exchanged for
+// credentials.
+type webIdentityError struct {
+	tokenFile, sts string
+	err            error
+}
+
+func (e *webIdentityError) Error() string {
+	sts := e.sts
+	if sts == "" {
+		sts = "AWS's STS"
+	}
+	return fmt.Sprintf("the web identity token in %s was not exchanged for credentials at %s: %v", e.tokenFile, sts, e.err)
+}
+
+func (e *webIdentityError) Unwrap() error { return e.err }
 
 // s3Transport trusts the public roots and, when given, the CA bundle.
 func s3Transport(cfg S3Config, secure bool) (http.RoundTripper, error) {
@@ -296,6 +369,16 @@ func untrusted(err error) bool {
 
 // s3Error gives a store error the reason it is reported under.
 func s3Error(err error, doing string) *Error {
+	if wi := (*webIdentityError)(nil); errors.As(err, &wi) {
+		// The STS answered with a refusal (an untrusted issuer, another
+		// audience, no such role): the token will not do. Otherwise it may
+		// not have been reached: try again.
+		var refused credentials.ErrorResponse
+		if errors.As(err, &refused) && stsRefusals[refused.STSError.Code] {
+			return permanent(conditions.ReasonS3CredentialsRejected, "%s: %v; check the workload identity's role and its trust of the cluster's token issuer", doing, wi)
+		}
+		return transient(conditions.ReasonStorageUnreachable, "%s: %v", doing, wi)
+	}
 	resp := minio.ToErrorResponse(err)
 	switch resp.Code {
 	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "InvalidSecurity":

@@ -55,17 +55,7 @@ func TestSnapshotAndRestore(t *testing.T) {
 	}
 	checkArtifact(t, toS3, "s3://backups/source/to-s3.db")
 	checkArtifact(t, toPVC, "file:///snapshot/data/source/to-pvc.db")
-	stored := s3.read(t, "backups", "source/to-s3.db")
-	if sum := sha256.Sum256(stored); "sha256:"+hex.EncodeToString(sum[:]) != toS3.Status.Artifact.Checksum || int64(len(stored)) != toS3.Status.Artifact.SizeBytes {
-		t.Errorf("the object in MinIO (%d bytes, %x) is not what status.artifact says (%+v)", len(stored), sum, toS3.Status.Artifact)
-	}
-	if jobs, _ := kubectl("-n", ns, "get", "jobs", "-l", manifest.LabelSnapshot+"=to-s3", "-o", "name"); strings.TrimSpace(jobs) != "" {
-		// Deleted once the result is recorded; wait for the garbage collector.
-		eventually(t, time.Minute, "the finished Job deleted", func() (bool, string) {
-			out, _ := kubectl("-n", ns, "get", "jobs", "-l", manifest.LabelSnapshot+"=to-s3", "-o", "name")
-			return strings.TrimSpace(out) == "", out
-		})
-	}
+	stored := storedAsRecorded(t, ns, s3, toS3)
 
 	t.Run("restore", func(t *testing.T) {
 		for name, from := range map[string]v1alpha2.SnapshotLocation{
@@ -137,6 +127,26 @@ func TestSnapshotAndRestore(t *testing.T) {
 			testOlderMinor(t, ns)
 		})
 	})
+}
+
+// storedAsRecorded checks that the object of a snapshot to S3 is what its
+// status.artifact says, and that its Job is deleted once the result is
+// recorded; it returns the object.
+func storedAsRecorded(t *testing.T, ns string, s3 *s3Server, snap *v1alpha2.EtcdSnapshot) []byte {
+	t.Helper()
+	stored := s3.read(t, "backups", strings.TrimPrefix(snap.Status.Artifact.URI, "s3://backups/"))
+	if sum := sha256.Sum256(stored); "sha256:"+hex.EncodeToString(sum[:]) != snap.Status.Artifact.Checksum || int64(len(stored)) != snap.Status.Artifact.SizeBytes {
+		t.Errorf("the object in MinIO (%d bytes, %x) is not what status.artifact says (%+v)", len(stored), sum, snap.Status.Artifact)
+	}
+	selector := manifest.LabelSnapshot + "=" + snap.Name
+	if jobs, _ := kubectl("-n", ns, "get", "jobs", "-l", selector, "-o", "name"); strings.TrimSpace(jobs) != "" {
+		// Deleted once the result is recorded; wait for the garbage collector.
+		eventually(t, time.Minute, "the finished Job deleted", func() (bool, string) {
+			out, _ := kubectl("-n", ns, "get", "jobs", "-l", selector, "-o", "name")
+			return strings.TrimSpace(out) == "", out
+		})
+	}
+	return stored
 }
 
 // testUnreachable snapshots a cluster whose only member is cut off.
