@@ -3,11 +3,13 @@ package kubectletcd
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
@@ -66,6 +68,11 @@ func (o *outputFlags) human() bool {
 
 func (o *outputFlags) wide() bool { return o.format() == formatWide }
 
+// templated: a jsonpath or Go template prints the result.
+func (o *outputFlags) templated() bool {
+	return !o.human() && o.format() != formatName && !slices.Contains(o.flags.JSONYamlPrintFlags.AllowedFormats(), o.format())
+}
+
 // validate refuses, before the command does anything, a format no printer
 // takes or a template that does not parse.
 func (o *outputFlags) validate() error {
@@ -94,6 +101,17 @@ func (o *outputFlags) print(w io.Writer, result runtime.Object, tableOf func(wid
 	}
 	if l, ok := result.(namedItems); ok && o.format() == formatName {
 		return printItemNames(w, l, p.PrintObj)
+	}
+	if o.templated() {
+		// The template printers read a typed object through JSON, where
+		// every number is a float (a DB size prints as 8.388608e+06);
+		// unstructured content keeps integers integers, as kubectl's
+		// objects are.
+		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(result)
+		if err != nil {
+			return err
+		}
+		result = &unstructured.Unstructured{Object: content}
 	}
 	return p.PrintObj(result, w)
 }

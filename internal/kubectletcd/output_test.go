@@ -119,6 +119,9 @@ func TestStatusPrinters(t *testing.T) {
 		}},
 		{[]string{"-o", "go-template={{range .items}}{{.pod}}@{{.node}} {{end}}"}, func(out string) bool { return out == "c-a@n1 c-b@n2 c-c@n3 " }},
 		{[]string{"--template", "{{len .items}}"}, func(out string) bool { return out == "3" }},
+		// Numbers stay integers through the template printers.
+		{[]string{"-o", "jsonpath={.items[0].dbSize}"}, func(out string) bool { return out == "8388608" }},
+		{[]string{"-o", "go-template={{(index .items 0).dbSize}}"}, func(out string) bool { return out == "8388608" }},
 	}
 	for _, c := range cases {
 		code, out, errOut := env.run(append([]string{"status", "-c", "c"}, c.flags...)...)
