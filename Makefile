@@ -63,15 +63,32 @@ image-faults: manager-faults ## (tests) The operator image with fault injection,
 # --- kubectl-etcd ---------------------------------------------------------------
 CLI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 CLI_DIR := bin/cli
+# What the kubectl-etcd archives carry besides the binary: completions/ with
+# the shell completion scripts, and kubectl_complete-etcd, which kubectl 1.26+
+# runs to complete `kubectl etcd`.
+CLI_COMPLETIONS := bin/cli-completions
+CLI_ARCHIVE_EXTRAS := completions kubectl_complete-etcd
+
+.PHONY: cli-completions
+cli-completions: ## Generate kubectl-etcd's shell completion scripts (bin/cli-completions/) with a kubectl-etcd built for this machine.
+	rm -rf $(CLI_COMPLETIONS) && mkdir -p $(CLI_COMPLETIONS)/completions
+	$(GO) build -o $(CLI_COMPLETIONS)/kubectl-etcd ./cmd/kubectl-etcd
+	for shell in bash zsh fish powershell; do \
+		case $$shell in powershell) ext=ps1 ;; *) ext=$$shell ;; esac; \
+		$(CLI_COMPLETIONS)/kubectl-etcd completion $$shell > $(CLI_COMPLETIONS)/completions/kubectl-etcd.$$ext; \
+	done
+	rm $(CLI_COMPLETIONS)/kubectl-etcd
+	chmod 0755 $(CLI_COMPLETIONS)/completions && chmod 0644 $(CLI_COMPLETIONS)/completions/*
+	install -m 0755 cmd/kubectl-etcd/kubectl_complete-etcd $(CLI_COMPLETIONS)/
 
 .PHONY: cli
-cli: ## Build kubectl-etcd for linux and darwin on amd64 and arm64 (bin/cli/): binaries, krew archives, cli-SHA256SUMS.txt and the krew manifest.
+cli: cli-completions ## Build kubectl-etcd for linux and darwin on amd64 and arm64 (bin/cli/): binaries, krew archives with completion scripts, cli-SHA256SUMS.txt and the krew manifest.
 	rm -rf $(CLI_DIR) && mkdir -p $(CLI_DIR)
 	for p in $(CLI_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; out=$(CLI_DIR)/kubectl-etcd-$$os-$$arch; \
 		GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $$out ./cmd/kubectl-etcd; \
-		stage=$$(mktemp -d); cp $$out $$stage/kubectl-etcd; cp README.md LICENSE $$stage/; \
-		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - kubectl-etcd LICENSE README.md | gzip -n > $$out.tar.gz; \
+		stage=$$(mktemp -d); cp $$out $$stage/kubectl-etcd; cp README.md LICENSE $$stage/; cp -Rp $(CLI_COMPLETIONS)/. $$stage/; \
+		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - kubectl-etcd LICENSE README.md $(CLI_ARCHIVE_EXTRAS) | gzip -n > $$out.tar.gz; \
 		rm -rf $$stage; \
 	done
 	cd $(CLI_DIR) && sha256sum kubectl-etcd-* > cli-SHA256SUMS.txt
@@ -89,7 +106,7 @@ CHART_VERSION ?= $(shell v=$$(echo '$(VERSION)' | sed 's/^v//'); if [[ $$v =~ ^[
 RELEASE_LDFLAGS = -s -w -X main.version=$(VERSION)
 
 .PHONY: release
-release: tools ## Build a release into dist/ (nothing is pushed): multi-arch operator image (OCI layout), its SBOM, the packaged chart, kubectl-etcd and etcd-migrate archives, SHA256SUMS.txt, the krew manifest.
+release: tools cli-completions ## Build a release into dist/ (nothing is pushed): multi-arch operator image (OCI layout), its SBOM, the packaged chart, kubectl-etcd (with completion scripts) and etcd-migrate archives, SHA256SUMS.txt, the krew manifest.
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
 	for p in $(IMAGE_PLATFORMS); do \
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(DIST)/bin/manager-$${p%/*}-$${p#*/} ./cmd/etcd-operator; \
@@ -102,8 +119,9 @@ release: tools ## Build a release into dist/ (nothing is pushed): multi-arch ope
 	for cmd in kubectl-etcd etcd-migrate; do for p in $(RELEASE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; stage=$$(mktemp -d); \
 		GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $$stage/$$cmd ./cmd/$$cmd; \
-		cp LICENSE README.md $$stage/; \
-		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - $$cmd LICENSE README.md \
+		cp LICENSE README.md $$stage/; extras=; \
+		if [[ $$cmd == kubectl-etcd ]]; then cp -Rp $(CLI_COMPLETIONS)/. $$stage/; extras="$(CLI_ARCHIVE_EXTRAS)"; fi; \
+		tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C $$stage -cf - $$cmd LICENSE README.md $$extras \
 			| gzip -n > $(DIST)/$$cmd-$$os-$$arch.tar.gz; \
 		rm -rf $$stage; \
 	done; done

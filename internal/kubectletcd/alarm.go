@@ -22,13 +22,13 @@ func (a *app) alarmCommand() *cobra.Command {
 		Use:   "alarm",
 		Short: "List or disarm etcd's alarms (NOSPACE, CORRUPT)",
 	}
-	var output string
+	var output *outputFlags
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the alarms members raised",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(output); err != nil {
+			if err := output.validate(); err != nil {
 				return err
 			}
 			return a.withSession(cmd, func(ctx context.Context, s *session) error {
@@ -40,15 +40,16 @@ func (a *app) alarmCommand() *cobra.Command {
 				if err != nil {
 					return s.explain(err)
 				}
-				if len(alarms) == 0 && output == formatTable {
+				if len(alarms) == 0 && output.human() {
 					fmt.Fprintln(cmd.OutOrStdout(), "No alarm is raised.")
 					return nil
 				}
-				return alarmTable(alarms, members).print(cmd.OutOrStdout(), output)
+				result := alarmList(alarms, members)
+				return output.print(cmd.OutOrStdout(), result, result.table)
 			})
 		},
 	}
-	outputFlag(list, &output)
+	output = addOutputFlags(list)
 	disarm := &cobra.Command{
 		Use:   "disarm",
 		Short: "Disarm every alarm (after the cause, a full backend say, is gone)",
@@ -95,17 +96,23 @@ func alarmMemberName(id uint64, members *etcd.MemberList) string {
 	return etcd.FormatID(id)
 }
 
-func alarmTable(alarms []etcd.Alarm, members *etcd.MemberList) table {
-	rows := make([]AlarmRow, 0, len(alarms))
-	t := table{header: []string{"MEMBER ID", "NAME", "ALARM"}}
+func alarmList(alarms []etcd.Alarm, members *etcd.MemberList) *AlarmList {
+	l := &AlarmList{TypeMeta: resultType("AlarmList"), Items: make([]AlarmRow, 0, len(alarms))}
 	for _, a := range alarms {
 		r := AlarmRow{MemberID: etcd.FormatID(a.MemberID), Alarm: a.Type}
 		if m := findMember(members, a.MemberID); m != nil {
 			r.Name = m.Name
 		}
-		rows = append(rows, r)
+		l.Items = append(l.Items, r)
+	}
+	return l
+}
+
+// table is the human form of the alarms; wide has nothing to add.
+func (l *AlarmList) table(bool) table {
+	t := table{header: []string{"MEMBER ID", "NAME", "ALARM"}}
+	for _, r := range l.Items {
 		t.rows = append(t.rows, []string{r.MemberID, orDash(r.Name), r.Alarm})
 	}
-	t.value = rows
 	return t
 }

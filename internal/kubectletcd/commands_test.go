@@ -66,17 +66,17 @@ func TestStatusOutputs(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("-o %s: exit %d: %s", format, code, errOut)
 		}
-		var rows []StatusRow
-		if err := yaml.Unmarshal([]byte(out), &rows); err != nil {
+		var list MemberStatusList
+		if err := yaml.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatalf("-o %s is not parseable: %v\n%s", format, err, out)
+		}
+		rows := list.Items
+		if list.APIVersion != "kubectl-etcd.cozystack.io/v1alpha1" || list.Kind != "MemberStatusList" {
+			t.Errorf("-o %s: apiVersion %q, kind %q", format, list.APIVersion, list.Kind)
 		}
 		if len(rows) != 3 || !rows[0].IsLeader || rows[1].IsLeader || rows[0].DBSize != 8<<20 || rows[2].RaftAppliedIndex != 52 {
 			t.Errorf("-o %s: %+v", format, rows)
 		}
-	}
-	code, _, errOut := env.run("status", "-c", "c", "-o", "wide")
-	if code != 2 || !strings.Contains(errOut, `unknown output format "wide"`) {
-		t.Errorf("bad -o: exit %d, %q", code, errOut)
 	}
 }
 
@@ -86,12 +86,12 @@ func TestStatusOfOnePodShowsItsMemberOnly(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var rows []StatusRow
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	var list MemberStatusList
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 1 || rows[0].Name != "c-b" || rows[0].IsLeader || rows[0].Leader != etcd.FormatID(0x10) {
-		t.Errorf("got %+v", rows)
+	if rows := list.Items; len(rows) != 1 || rows[0].Name != "c-b" || rows[0].IsLeader || rows[0].Leader != etcd.FormatID(0x10) {
+		t.Errorf("got %+v", list.Items)
 	}
 	if len(env.ports) != 1 {
 		t.Errorf("a Pod's status forwarded %d ports, want only its own", len(env.ports))
@@ -229,9 +229,12 @@ func TestCompact(t *testing.T) {
 func TestAlarms(t *testing.T) {
 	env := threeMembers(t, func(e *fakeEtcd) { e.alarms = []etcd.Alarm{{MemberID: 0x12, Type: "NOSPACE"}} })
 	code, out, _ := env.run("alarm", "list", "-c", "c", "-o", "json")
-	var rows []AlarmRow
-	if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil || len(rows) != 1 || rows[0].Name != "c-c" || rows[0].Alarm != "NOSPACE" {
-		t.Errorf("exit %d, %v, %+v", code, err, rows)
+	var alarms AlarmList
+	if err := json.Unmarshal([]byte(out), &alarms); code != 0 || err != nil || len(alarms.Items) != 1 || alarms.Items[0].Name != "c-c" || alarms.Items[0].Alarm != "NOSPACE" {
+		t.Errorf("exit %d, %v, %+v", code, err, alarms)
+	}
+	if code, out, _ = env.run("alarm", "list", "-c", "c", "-o", "name"); code != 0 || out != "member.kubectl-etcd.cozystack.io/c-c\n" {
+		t.Errorf("-o name: exit %d, %q", code, out)
 	}
 	if code, out, _ = env.run("alarm", "disarm", "-p", "c-a"); code != 0 || !strings.Contains(out, "Disarmed NOSPACE of member c-c (0000000000000012)") {
 		t.Errorf("disarm: exit %d, %q", code, out)
@@ -344,8 +347,12 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version: exit %d, %q", code, out)
 	}
 	var v VersionInfo
-	if code, out, _ := env.run("version", "-o", "json"); code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Version != "v1.2.3-test" {
+	if code, out, _ := env.run("version", "-o", "json"); code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Version != "v1.2.3-test" || v.Kind != "VersionInfo" {
 		t.Errorf("-o json: exit %d, %q", code, out)
+	}
+	// A version names nothing: -o name is not offered.
+	if code, _, errOut := env.run("version", "-o", "name"); code != 2 || !strings.Contains(errOut, `unknown output format "name"`) {
+		t.Errorf("-o name: exit %d, %q", code, errOut)
 	}
 }
 

@@ -31,7 +31,7 @@ type defragOptions struct {
 	// settle bounds the wait for a member to follow a leader again.
 	settle time.Duration
 	direct bool
-	output string
+	output *outputFlags
 	run    defragRunOptions
 }
 
@@ -79,7 +79,7 @@ create) always goes this way: an EtcdDefrag covers a whole cluster.`,
   kubectl etcd defrag -p example-abcde              # one member, through the etcd API`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(opts.output); err != nil {
+			if err := opts.output.validate(); err != nil {
 				return err
 			}
 			if opts.direct || a.opts.Pod != "" {
@@ -106,7 +106,7 @@ create) always goes this way: an EtcdDefrag covers a whole cluster.`,
 	f.StringVar(&opts.run.quotaUsageAbove, "quota-usage-above", "", `also defragment members whose database uses more than this share of the quota, such as "80%" (rule.quotaUsageAbove)`)
 	f.StringVar(&opts.run.minReclaim, "min-reclaim", "", "with --quota-usage-above: the least to reclaim that makes it worth it, such as 64Mi (rule.minReclaim; default 32Mi)")
 	f.DurationVar(&opts.run.ttl, "ttl-after-finished", 0, "delete the EtcdDefrag this long after it ends (ttlSecondsAfterFinished; default: keep it)")
-	outputFlag(c, &opts.output)
+	opts.output = addOutputFlags(c)
 	return c
 }
 
@@ -128,8 +128,9 @@ func (a *app) defragDirect(cmd *cobra.Command, opts defragOptions) error {
 		p := a.progressTo(cmd.ErrOrStderr())
 		results, cleared, members, err := s.defrag(ctx, opts, p)
 		p.clear()
-		if len(results) > 0 || opts.output != formatTable {
-			if perr := defragTable(results).print(cmd.OutOrStdout(), opts.output); perr != nil {
+		if len(results) > 0 || !opts.output.human() {
+			l := &DefragResultList{TypeMeta: resultType("DefragResultList"), Items: nonNil(results)}
+			if perr := opts.output.print(cmd.OutOrStdout(), l, l.table); perr != nil {
 				return perr
 			}
 		}
@@ -137,9 +138,10 @@ func (a *app) defragDirect(cmd *cobra.Command, opts defragOptions) error {
 			return err
 		}
 		if len(cleared) > 0 {
-			// json and yaml keep stdout parseable: the note goes to stderr.
+			// json, yaml and the rest keep stdout parseable: the note
+			// goes to stderr.
 			w := cmd.OutOrStdout()
-			if opts.output != formatTable {
+			if !opts.output.human() {
 				w = cmd.ErrOrStderr()
 			}
 			printDisarmedTo(w, cleared, members)
@@ -292,13 +294,18 @@ func (s *session) disarmNoSpace(ctx context.Context, primary *conn, done []uint6
 	return cleared, nil
 }
 
-func defragTable(results []DefragResult) table {
-	if results == nil {
-		results = []DefragResult{} // json and yaml say [], not null
+// table is the human form of the results; wide adds the member IDs.
+func (l *DefragResultList) table(wide bool) table {
+	t := table{header: []string{"MEMBER", "ROLE", "BEFORE", "AFTER", "TOOK"}}
+	if wide {
+		t.header = append(t.header, "ID")
 	}
-	t := table{header: []string{"MEMBER", "ROLE", "BEFORE", "AFTER", "TOOK"}, value: results}
-	for _, r := range results {
-		t.rows = append(t.rows, []string{r.Name, r.Role, bytesIEC(r.Before), bytesIEC(r.After), r.Took.String()})
+	for _, r := range l.Items {
+		row := []string{r.Name, r.Role, bytesIEC(r.Before), bytesIEC(r.After), r.Took.String()}
+		if wide {
+			row = append(row, r.ID)
+		}
+		t.rows = append(t.rows, row)
 	}
 	return t
 }

@@ -49,11 +49,11 @@ var errDefragDeleted = errors.New("deleted")
 
 // defragByResource creates an EtcdDefrag for the -c cluster and, unless
 // told not to wait, follows it to its end.
-func (a *app) defragByResource(cmd *cobra.Command, o defragRunOptions, format string) error {
+func (a *app) defragByResource(cmd *cobra.Command, o defragRunOptions, output *outputFlags) error {
 	if a.opts.Cluster == "" {
 		return errNoTarget
 	}
-	d, err := a.connect(&a.opts)
+	d, err := a.connect()
 	if err != nil {
 		return err
 	}
@@ -70,8 +70,8 @@ func (a *app) defragByResource(cmd *cobra.Command, o defragRunOptions, format st
 	}
 	out := cmd.OutOrStdout()
 	if !o.wait {
-		if format != formatTable {
-			return printDefragObject(out, run, format)
+		if !output.human() {
+			return printDefragObject(out, run, output)
 		}
 		fmt.Fprintf(out, "Created etcddefrag %s for etcdcluster %s.\nFollow it with: kubectl get etcddefrag %s -n %s -w\n", run.Name, a.opts.Cluster, run.Name, run.Namespace)
 		return nil
@@ -82,7 +82,7 @@ func (a *app) defragByResource(cmd *cobra.Command, o defragRunOptions, format st
 	if err != nil {
 		return err
 	}
-	return reportDefrag(out, final, format)
+	return reportDefrag(out, final, output)
 }
 
 func (a *app) defragPoll() time.Duration {
@@ -270,15 +270,10 @@ func memberOutcome(m v1alpha2.DefragMemberStatus) string {
 
 // reportDefrag prints the ended run and turns a Failed one into the
 // command's error.
-func reportDefrag(out io.Writer, d *v1alpha2.EtcdDefrag, format string) error {
+func reportDefrag(out io.Writer, d *v1alpha2.EtcdDefrag, output *outputFlags) error {
 	c := conditions.Get(d.Status.Conditions, conditions.DefragChecked)
-	switch {
-	case format != formatTable:
-		if err := printDefragObject(out, d, format); err != nil {
-			return err
-		}
-	case len(d.Status.Members) > 0:
-		if err := defragRunTable(d).print(out, formatTable); err != nil {
+	if !output.human() || len(d.Status.Members) > 0 {
+		if err := printDefragObject(out, d, output); err != nil {
 			return err
 		}
 	}
@@ -289,34 +284,55 @@ func reportDefrag(out io.Writer, d *v1alpha2.EtcdDefrag, format string) error {
 		}
 		return fmt.Errorf("etcddefrag %s failed: %s%s (kubectl describe etcddefrag %s -n %s shows its Events)", d.Name, reason, msg, d.Name, d.Namespace)
 	}
-	if format == formatTable && c != nil {
+	if output.human() && c != nil {
 		fmt.Fprintf(out, "etcddefrag %s: %s.\n", d.Name, c.Message)
 	}
 	return nil
 }
 
-// printDefragObject prints the run as kubectl get -o json/yaml would.
-func printDefragObject(out io.Writer, d *v1alpha2.EtcdDefrag, format string) error {
+// printDefragObject prints the run as kubectl get would, or as the plugin's
+// table of its members.
+func printDefragObject(out io.Writer, d *v1alpha2.EtcdDefrag, output *outputFlags) error {
 	d = d.DeepCopy()
 	d.APIVersion, d.Kind = v1alpha2.GroupVersion.String(), "EtcdDefrag"
-	d.ManagedFields = nil
-	return table{value: d}.print(out, format)
+	return output.print(out, d, defragRunTable(d))
 }
 
-// defragRunTable has one row per member of the run, in the order they go.
-func defragRunTable(d *v1alpha2.EtcdDefrag) table {
-	t := table{header: []string{"MEMBER", "ROLE", "OUTCOME", "BEFORE", "AFTER", "RECLAIMED", "REASON"}, value: d}
-	for _, m := range d.Status.Members {
-		before, after, reclaimed := "-", "-", "-"
-		if m.DBSizeBefore > 0 {
-			before = bytesIEC(m.DBSizeBefore)
+// defragRunTable has one row per member of the run, in the order they
+// went; wide adds when each finished.
+func defragRunTable(d *v1alpha2.EtcdDefrag) func(wide bool) table {
+	return func(wide bool) table {
+		t := table{header: []string{"MEMBER", "ROLE", "OUTCOME", "BEFORE", "AFTER", "RECLAIMED", "REASON"}}
+		if wide {
+			t.header = append(t.header, "FINISHED")
 		}
-		// A defragmented member whose size after could not be read has
-		// neither field (reason AfterSizeUnavailable).
-		if m.Outcome == v1alpha2.DefragOutcomeDefragmented && m.DBSizeAfter > 0 {
-			after, reclaimed = bytesIEC(m.DBSizeAfter), bytesIEC(m.ReclaimedBytes)
+		for _, m := range d.Status.Members {
+			row := defragMemberCells(m)
+			if wide {
+				row = append(row, finishedAt(m.FinishedAt))
+			}
+			t.rows = append(t.rows, row)
 		}
-		t.rows = append(t.rows, []string{m.Name, orDash(string(m.Role)), string(m.Outcome), before, after, reclaimed, orDash(m.Reason)})
+		return t
 	}
-	return t
+}
+
+func finishedAt(t *metav1.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func defragMemberCells(m v1alpha2.DefragMemberStatus) []string {
+	before, after, reclaimed := "-", "-", "-"
+	if m.DBSizeBefore > 0 {
+		before = bytesIEC(m.DBSizeBefore)
+	}
+	// A defragmented member whose size after could not be read has
+	// neither field (reason AfterSizeUnavailable).
+	if m.Outcome == v1alpha2.DefragOutcomeDefragmented && m.DBSizeAfter > 0 {
+		after, reclaimed = bytesIEC(m.DBSizeAfter), bytesIEC(m.ReclaimedBytes)
+	}
+	return []string{m.Name, orDash(string(m.Role)), string(m.Outcome), before, after, reclaimed, orDash(m.Reason)}
 }

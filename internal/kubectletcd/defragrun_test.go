@@ -69,6 +69,14 @@ func TestDefragCreatesAnEtcdDefragWithTheFlagsSpec(t *testing.T) {
 	}
 }
 
+func TestDefragNamesTheEtcdDefragItCreatesAsKubectlDoes(t *testing.T) {
+	env := threeMembers(t)
+	code, out, errOut := env.run("defrag", "-c", "c", "--wait=false", "-o", "name")
+	if run := onlyRun(t, env); code != 0 || out != "etcddefrag.etcd-operator.cozystack.io/"+run.Name+"\n" {
+		t.Errorf("exit %d, %q %q", code, out, errOut)
+	}
+}
+
 func TestDefragPassesTheRuleAndTTLFlagsThrough(t *testing.T) {
 	env := threeMembers(t)
 	cases := []struct {
@@ -113,7 +121,7 @@ func TestDefragFlagMistakesCreateNothing(t *testing.T) {
 		{[]string{"--force"}, 2, "--force applies only with --direct"},
 		{[]string{"--timeout", "1m"}, 2, "--timeout applies only with --direct"},
 		{[]string{"--direct", "--all"}, 2, "--all applies to the EtcdDefrag the operator runs"},
-		{[]string{"-o", "wide"}, 2, `unknown output format "wide"`},
+		{[]string{"-o", "xml"}, 2, `unknown output format "xml"`},
 	}
 	for _, c := range cases {
 		code, _, errOut := env.run(append([]string{"defrag", "-c", "c"}, c.args...)...)
@@ -351,11 +359,15 @@ func TestDefragWithoutTheEtcdDefragKindSuggestsDirect(t *testing.T) {
 func TestDirectDefragOutputs(t *testing.T) {
 	env := threeMembers(t, func(e *fakeEtcd) { e.alarms = []etcd.Alarm{{MemberID: 0x10, Type: "NOSPACE"}} })
 	code, out, errOut := env.run("defrag", "-c", "c", "--direct", "-o", "json")
-	var results []DefragResult
-	if err := json.Unmarshal([]byte(out), &results); code != 0 || err != nil || len(results) != 3 || results[2].Role != "leader" {
+	var results DefragResultList
+	if err := json.Unmarshal([]byte(out), &results); code != 0 || err != nil || len(results.Items) != 3 || results.Items[2].Role != "leader" || results.Kind != "DefragResultList" {
 		t.Fatalf("exit %d, %v, %q", code, err, out)
 	}
 	if !strings.Contains(errOut, "Disarmed NOSPACE of member c-a") {
 		t.Errorf("with -o json the disarmed alarms go to stderr: %q", errOut)
+	}
+	code, out, _ = env.run("defrag", "-c", "c", "--direct", "-o", "wide")
+	if code != 0 || header(out) != "MEMBER ROLE BEFORE AFTER TOOK ID" || !strings.Contains(out, "0000000000000010\n") {
+		t.Errorf("-o wide: exit %d\n%s", code, out)
 	}
 }

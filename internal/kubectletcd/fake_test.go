@@ -183,15 +183,23 @@ func (f *fakeEnv) deps() deps {
 	return deps{kube: f.kube, namespace: "ns", forwarder: f, dial: f.dial}
 }
 
-// run runs the plugin with args and returns its exit code and output.
-func (f *fakeEnv) run(args ...string) (code int, stdout, stderr string) {
-	var out, errOut bytes.Buffer
-	a := &app{
+// app is the plugin wired to the fake; it reads no kubeconfig.
+func (f *fakeEnv) app() *app {
+	return &app{
 		version:   "v1.2.3-test",
-		connect:   func(*Options) (deps, error) { return f.deps(), nil },
+		connect:   func() (deps, error) { return f.deps(), nil },
 		terminal:  func(io.Writer) bool { return f.onTerminal },
 		pollEvery: time.Millisecond,
 	}
+}
+
+// run runs the plugin with args and returns its exit code and output.
+func (f *fakeEnv) run(args ...string) (code int, stdout, stderr string) {
+	return runApp(f.app(), args...)
+}
+
+func runApp(a *app, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
 	code = a.execute(context.Background(), args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +46,7 @@ func TestKrewManifestRendersForEveryPlatform(t *testing.T) {
 				URI      string
 				Sha256   string
 				Bin      string
+				Files    []struct{ From, To string }
 			}
 		}
 	}
@@ -58,6 +60,14 @@ func TestKrewManifestRendersForEveryPlatform(t *testing.T) {
 		want := p.Selector.MatchLabels["os"] + "-" + p.Selector.MatchLabels["arch"]
 		if p.URI != "https://example.com/r/kubectl-etcd-"+want+".tar.gz" || p.Sha256 != fmt.Sprintf("%064x", i+1) || p.Bin != "kubectl-etcd" || want != platforms[i] {
 			t.Errorf("platform %d: %+v", i, p)
+		}
+		// What the archives hold (make cli, make release) is installed.
+		var from []string
+		for _, f := range p.Files {
+			from = append(from, f.From)
+		}
+		if want := []string{"kubectl-etcd", "README.md", "LICENSE", "completions/*", "kubectl_complete-etcd"}; !slices.Equal(from, want) {
+			t.Errorf("platform %d installs %v, want %v", i, from, want)
 		}
 	}
 	if err := exec.Command("../../hack/krew/render.sh", "v1", filepath.Join(dir, "missing")).Run(); err == nil {

@@ -2,6 +2,7 @@ package kubectletcd
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,13 +20,17 @@ type MemberRow struct {
 }
 
 func (a *app) membersCommand() *cobra.Command {
-	var output string
+	var output *outputFlags
 	c := &cobra.Command{
 		Use:   "members",
 		Short: "List etcd's members: ID, name, peer and client URLs, learner",
-		Args:  cobra.NoArgs,
+		Long: `List etcd's members: ID, name, peer and client URLs, learner. -o wide also
+asks each member for its status (one port-forward each, as status does) and
+adds its leadership, version, DB size, raft term and index; a member that
+does not answer shows - there.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(output); err != nil {
+			if err := output.validate(); err != nil {
 				return err
 			}
 			return a.withSession(cmd, func(ctx context.Context, s *session) error {
@@ -33,29 +38,56 @@ func (a *app) membersCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return membersTable(list).print(cmd.OutOrStdout(), output)
+				var states []*memberState
+				if output.wide() {
+					states = s.survey(ctx, list)
+				}
+				return output.print(cmd.OutOrStdout(), memberList(list), membersTable(list, states))
 			})
 		},
 	}
-	outputFlag(c, &output)
+	output = addOutputFlags(c)
 	return c
 }
 
-func membersTable(list *etcd.MemberList) table {
-	rows := make([]MemberRow, 0, len(list.Members))
-	t := table{header: []string{"ID", "NAME", "PEER URLS", "CLIENT URLS", "LEARNER"}}
+func memberList(list *etcd.MemberList) *MemberList {
+	l := &MemberList{TypeMeta: resultType("MemberList"), Items: make([]MemberRow, 0, len(list.Members))}
 	for _, m := range list.Members {
-		r := MemberRow{ID: etcd.FormatID(m.ID), Name: m.Name, PeerURLs: nonNil(m.PeerURLs), ClientURLs: nonNil(m.ClientURLs), IsLearner: m.IsLearner}
-		rows = append(rows, r)
-		t.rows = append(t.rows, []string{r.ID, orDash(r.Name), orDash(strings.Join(r.PeerURLs, ",")), orDash(strings.Join(r.ClientURLs, ",")), yesNo(r.IsLearner)})
+		l.Items = append(l.Items, MemberRow{ID: etcd.FormatID(m.ID), Name: m.Name, PeerURLs: nonNil(m.PeerURLs), ClientURLs: nonNil(m.ClientURLs), IsLearner: m.IsLearner})
 	}
-	t.value = rows
-	return t
+	return l
 }
 
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
+// membersTable is the human form of the membership; wide adds what each
+// member's status says (states, in the order of list.Members).
+func membersTable(list *etcd.MemberList, states []*memberState) func(wide bool) table {
+	return func(wide bool) table {
+		t := table{header: []string{"ID", "NAME", "PEER URLS", "CLIENT URLS", "LEARNER"}}
+		if wide {
+			t.header = append(t.header, "LEADER", "VERSION", "DB SIZE", "RAFT TERM", "RAFT INDEX")
+		}
+		for i, m := range list.Members {
+			row := []string{etcd.FormatID(m.ID), orDash(m.Name), orDash(strings.Join(m.PeerURLs, ",")), orDash(strings.Join(m.ClientURLs, ",")), yesNo(m.IsLearner)}
+			if wide {
+				var st *memberState
+				if i < len(states) {
+					st = states[i]
+				}
+				row = append(row, memberStatusCells(st)...)
+			}
+			t.rows = append(t.rows, row)
+		}
+		return t
 	}
-	return s
+}
+
+func memberStatusCells(st *memberState) []string {
+	if st == nil || st.Status == nil {
+		return []string{"-", "-", "-", "-", "-"}
+	}
+	s := st.Status
+	return []string{
+		yesNo(s.Leader != 0 && s.Leader == s.MemberID), orDash(s.Version), bytesIEC(s.DBSize),
+		strconv.FormatUint(s.RaftTerm, 10), strconv.FormatUint(s.RaftIndex, 10),
+	}
 }

@@ -26,7 +26,7 @@ type recoverOptions struct {
 	snapshot string
 	wait     bool
 	timeout  time.Duration
-	format   string
+	output   *outputFlags
 }
 
 // errRecoveryRefused: the operator answered, and not with a plan to carry out.
@@ -35,7 +35,7 @@ var errRecoveryRefused = errors.New("recovery refused")
 func (a *app) recoverCommand() *cobra.Command {
 	var o recoverOptions
 	c := &cobra.Command{
-		Use:   "recover -c CLUSTER (--dry-run | --token TOKEN | --yes)",
+		Use:   "recover -c CLUSTER (--dry-run | --plan-token TOKEN | --yes)",
 		Short: "Recover an EtcdCluster that lost quorum (asks the operator; dry run first)",
 		Long: `recover asks the operator to bring back an EtcdCluster that lost its quorum,
 through the annotation etcd-operator.cozystack.io/recover. Recovery discards
@@ -43,9 +43,9 @@ data: every member but the survivor (the voter with the highest applied index
 whose etcd answers) is deleted with its volume, or, with --from-snapshot, every
 member, and the cluster is rebuilt from that EtcdSnapshot.
 
-  --dry-run        show the operator's plan and its token; nothing changes
-  --token TOKEN    carry out the plan of that token, if it is still the plan
-  --yes            dry run, then carry out the plan it showed, without asking
+  --dry-run             show the operator's plan and its token; nothing changes
+  --plan-token TOKEN    carry out the plan of that token, if it is still the plan
+  --yes                 dry run, then carry out the plan it showed, without asking
 
 The operator makes the plan again from fresh facts before it acts: when it
 changed, nothing happens and the new plan is shown. See docs/operations.md,
@@ -56,11 +56,11 @@ changed, nothing happens and the new plan is shown. See docs/operations.md,
 	f := c.Flags()
 	f.BoolVar(&o.dryRun, "dry-run", false, "only show the plan")
 	f.BoolVar(&o.yes, "yes", false, "carry out the plan the dry run shows, without asking")
-	f.StringVar(&o.token, "token", "", "carry out the plan of this token (from --dry-run)")
+	f.StringVar(&o.token, "plan-token", "", "carry out the plan of this token (from --dry-run)")
 	f.StringVar(&o.snapshot, "from-snapshot", "", "rebuild from this EtcdSnapshot instead of a surviving member")
 	f.BoolVar(&o.wait, "wait", true, "follow the recovery until the cluster has its members again")
 	f.DurationVar(&o.timeout, "timeout", 0, "how long to wait for the operator (default 2m for a plan, 10m to follow a recovery)")
-	outputFlag(c, &o.format)
+	o.output = addOutputFlags(c, withoutName)
 	return c
 }
 
@@ -69,13 +69,20 @@ func (a *app) recover(cmd *cobra.Command, o recoverOptions) error {
 	case a.opts.Cluster == "":
 		return usageError("recover needs the EtcdCluster: -c CLUSTER")
 	case o.dryRun && (o.yes || o.token != ""):
-		return usageError("--dry-run only shows the plan: leave out --yes and --token")
+		return usageError("--dry-run only shows the plan: leave out --yes and --plan-token")
 	case o.yes && o.token != "":
-		return usageError("--yes carries out the plan the dry run shows; --token carries out one you saw: give one of them")
+		return usageError("--yes carries out the plan the dry run shows; --plan-token carries out one you saw: give one of them")
+	case !o.dryRun && !o.yes && o.token == "" && *a.kube.BearerToken != "":
+		// The plan's token was --token before the plugin took kubectl's
+		// flags, where --token is the API server's bearer token.
+		return usageError("the plan's token goes to --plan-token TOKEN; --token is the bearer token for the API server, as in kubectl")
 	case !o.dryRun && !o.yes && o.token == "":
-		return usageError("recovery discards the data of every member but the survivor: run with --dry-run first to see the plan, then with --token TOKEN (or --yes)")
+		return usageError("recovery discards the data of every member but the survivor: run with --dry-run first to see the plan, then with --plan-token TOKEN (or --yes)")
 	}
-	d, err := a.connect(&a.opts)
+	if err := o.output.validate(); err != nil {
+		return err
+	}
+	d, err := a.connect()
 	if err != nil {
 		return err
 	}
@@ -91,7 +98,7 @@ func (a *app) recover(cmd *cobra.Command, o recoverOptions) error {
 		if err != nil {
 			return err
 		}
-		if err := printPlan(out, plan, a.nextCommand(d.namespace), o.format, !o.yes); err != nil || o.dryRun {
+		if err := printPlan(out, plan, a.nextCommand(d.namespace), o.output, !o.yes); err != nil || o.dryRun {
 			return err
 		}
 		token = plan.Token
@@ -107,11 +114,11 @@ func (a *app) consent(ctx context.Context, cmd *cobra.Command, r recoverer, toke
 		return err
 	}
 	if started.Phase == v1alpha2.RecoveryPlanned {
-		_ = printPlan(out, started, a.nextCommand(r.key.Namespace), o.format, true)
+		_ = printPlan(out, started, a.nextCommand(r.key.Namespace), o.output, true)
 		return fmt.Errorf("%w: the plan changed since token %s was issued; review the plan above and give its token", errRecoveryRefused, token)
 	}
 	if !o.wait {
-		return printRecovery(out, started, o.format)
+		return printRecovery(out, started, o.output)
 	}
 	p := a.progressTo(cmd.ErrOrStderr())
 	done, err := r.follow(ctx, timeoutOr(o.timeout, 10*time.Minute), p)
@@ -119,7 +126,7 @@ func (a *app) consent(ctx context.Context, cmd *cobra.Command, r recoverer, toke
 	if err != nil {
 		return err
 	}
-	return printRecovery(out, done, o.format)
+	return printRecovery(out, done, o.output)
 }
 
 func (a *app) recoverPoll() time.Duration {
@@ -140,10 +147,10 @@ func timeoutOr(d, def time.Duration) time.Duration {
 func (a *app) nextCommand(namespace string) func(token string) string {
 	return func(token string) string {
 		cmd := "kubectl etcd recover -c " + a.opts.Cluster
-		if a.opts.Namespace != "" {
+		if *a.kube.Namespace != "" {
 			cmd += " -n " + namespace
 		}
-		return cmd + " --token " + token
+		return cmd + " --plan-token " + token
 	}
 }
 
@@ -231,9 +238,9 @@ func (r recoverer) poll(ctx context.Context, timeout time.Duration, done func(*v
 
 // printPlan shows the plan: what it rebuilds from, what it discards, its
 // token and the command that carries it out.
-func printPlan(out io.Writer, rec *v1alpha2.RecoveryStatus, next func(string) string, format string, showNext bool) error {
-	if format != formatTable {
-		return printRecovery(out, rec, format)
+func printPlan(out io.Writer, rec *v1alpha2.RecoveryStatus, next func(string) string, output *outputFlags, showNext bool) error {
+	if !output.human() {
+		return printRecovery(out, rec, output)
 	}
 	fmt.Fprintln(out, rec.Message)
 	fmt.Fprintln(out)
@@ -252,7 +259,7 @@ func printPlan(out io.Writer, rec *v1alpha2.RecoveryStatus, next func(string) st
 		}
 		t.rows = append(t.rows, []string{d.Name, orDash(d.MemberID), index(d.AppliedIndex), seen, orDash(d.State)})
 	}
-	if err := t.print(out, formatTable); err != nil {
+	if err := t.write(out); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\nToken: %s\n", rec.Token)
@@ -269,11 +276,11 @@ func index(v *int64) string {
 	return fmt.Sprint(*v)
 }
 
-// printRecovery prints where a recovery is: one line, or the record as JSON
-// or YAML.
-func printRecovery(out io.Writer, rec *v1alpha2.RecoveryStatus, format string) error {
-	if format != formatTable {
-		return table{value: rec}.print(out, format)
+// printRecovery prints where a recovery is: one line, or the record as an
+// object (-o json, yaml, ...).
+func printRecovery(out io.Writer, rec *v1alpha2.RecoveryStatus, output *outputFlags) error {
+	if !output.human() {
+		return output.print(out, newRecovery(rec), nil)
 	}
 	var discarded []string
 	for _, d := range rec.Discarded {

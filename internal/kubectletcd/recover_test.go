@@ -118,8 +118,9 @@ func TestRecoverRefusesWithoutConsentFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"recover", "-c", "c"},
 		{"recover", "-c", "c", "--dry-run", "--yes"},
-		{"recover", "-c", "c", "--dry-run", "--token", "x"},
-		{"recover", "-c", "c", "--yes", "--token", "x"},
+		{"recover", "-c", "c", "--dry-run", "--plan-token", "x"},
+		{"recover", "-c", "c", "--yes", "--plan-token", "x"},
+		{"recover", "-c", "c", "--token", "x"},
 		{"recover", "--dry-run"},
 	} {
 		code, _, errOut := env.run(args...)
@@ -129,6 +130,10 @@ func TestRecoverRefusesWithoutConsentFlags(t *testing.T) {
 	}
 	if _, _, errOut := env.run("recover", "-c", "c"); !strings.Contains(errOut, "--dry-run first") {
 		t.Errorf("the refusal does not say what to do: %s", errOut)
+	}
+	// --token was the plan's token before it became kubectl's bearer token.
+	if _, _, errOut := env.run("recover", "-c", "c", "--token", "tok1"); !strings.Contains(errOut, "the plan's token goes to --plan-token") {
+		t.Errorf("--token alone does not point to --plan-token: %s", errOut)
 	}
 	if got := clusterAnnotation(t, env); got != "" {
 		t.Errorf("a refused command annotated the cluster: %q", got)
@@ -144,7 +149,7 @@ func TestRecoverDryRunShowsThePlan(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"Survivor: c-a", "applied index 120", "c-b", "00000000000000bb", "90", "c-c", "no Pod", "Token: tok1",
-		"kubectl etcd recover -c c -n ns --token tok1"} {
+		"kubectl etcd recover -c c -n ns --plan-token tok1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the plan does not show %q:\n%s", want, out)
 		}
@@ -161,7 +166,7 @@ func TestRecoverWithTheTokenFollowsToTheEnd(t *testing.T) {
 	env := threeMembers(t)
 	op := &recoveryOperator{lost: true, plan: "tok1"}
 	env.withOperator(t, op)
-	code, out, errOut := env.run("recover", "-c", "c", "--token", "tok1")
+	code, out, errOut := env.run("recover", "-c", "c", "--plan-token", "tok1")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -193,7 +198,7 @@ func TestRecoverWithAStaleTokenShowsTheNewPlan(t *testing.T) {
 	env := threeMembers(t)
 	op := &recoveryOperator{lost: true, plan: "tok2"}
 	env.withOperator(t, op)
-	code, out, errOut := env.run("recover", "-c", "c", "--token", "tok1")
+	code, out, errOut := env.run("recover", "-c", "c", "--plan-token", "tok1")
 	if code != 1 || !strings.Contains(errOut, "plan changed") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -218,8 +223,8 @@ func TestRecoverPrintsJSON(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var rec v1alpha2.RecoveryStatus
-	if err := json.Unmarshal([]byte(out), &rec); err != nil || rec.Token != "tok1" || rec.Survivor == nil {
+	var rec Recovery
+	if err := json.Unmarshal([]byte(out), &rec); err != nil || rec.Kind != "Recovery" || rec.Token != "tok1" || rec.Survivor == nil {
 		t.Errorf("%v: %s", err, out)
 	}
 }

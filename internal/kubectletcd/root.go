@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,11 +26,9 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
 
-// Options are the global flags.
+// Options are the global flags that choose the target; the flags that reach
+// the API server are kubectl's own (genericclioptions.ConfigFlags).
 type Options struct {
-	Kubeconfig        string
-	Context           string
-	Namespace         string
 	Pod               string
 	Cluster           string
 	CredentialsSecret string
@@ -38,10 +36,13 @@ type Options struct {
 
 // app carries the flags and the seams tests replace.
 type app struct {
-	opts    Options
+	opts Options
+	// kube are kubectl's flags for the API server: kubeconfig, context,
+	// namespace, impersonation, token, TLS and so on.
+	kube    *genericclioptions.ConfigFlags
 	version string
-	// connect builds the Kubernetes side from the flags.
-	connect func(o *Options) (deps, error)
+	// connect builds the Kubernetes side from the flags (kubeDeps).
+	connect func() (deps, error)
 	// terminal reports whether w is a terminal (progress is shown only there).
 	terminal func(w io.Writer) bool
 	// pollEvery is how often a followed EtcdDefrag is read (0: defragPollEvery).
@@ -53,7 +54,8 @@ type app struct {
 func Main(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
 	// client-go logs through klog; what it says the plugin says itself.
 	klog.SetLogger(logr.Discard())
-	a := &app{version: version, connect: kubeDeps, terminal: isTerminal}
+	a := &app{version: version, terminal: isTerminal}
+	a.connect = a.kubeDeps
 	return a.execute(ctx, args, stdout, stderr)
 }
 
@@ -102,9 +104,7 @@ EtcdCluster (or, for Pods the operator did not create, from the Pod's flags).`,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return flagError{err} })
 	f := root.PersistentFlags()
-	f.StringVarP(&a.opts.Kubeconfig, "kubeconfig", "k", "", "path to the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVar(&a.opts.Context, "context", "", "kubeconfig context to use (default: the current one)")
-	f.StringVarP(&a.opts.Namespace, "namespace", "n", "", "namespace of the Pod or cluster (default: the context's, then default)")
+	a.kube = addKubeFlags(f)
 	f.StringVarP(&a.opts.Pod, "pod", "p", "", "etcd member Pod to act on")
 	f.StringVarP(&a.opts.Cluster, "cluster", "c", "", "EtcdCluster to act on, every member of it")
 	f.StringVarP(&a.opts.CredentialsSecret, "credentials-secret", "s", "", "basic-auth Secret (NAME or NAMESPACE/NAME) with etcd credentials; username defaults to root")
@@ -138,7 +138,7 @@ func wrapArgs(c *cobra.Command) {
 // withSession opens the command's target, runs fn and closes every
 // connection it opened.
 func (a *app) withSession(cmd *cobra.Command, fn func(ctx context.Context, s *session) error) error {
-	d, err := a.connect(&a.opts)
+	d, err := a.connect()
 	if err != nil {
 		return err
 	}
@@ -152,22 +152,11 @@ func (a *app) withSession(cmd *cobra.Command, fn func(ctx context.Context, s *se
 	return fn(ctx, s)
 }
 
-// kubeDeps connects to the cluster of the kubeconfig.
-func kubeDeps(o *Options) (deps, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.Kubeconfig != "" {
-		rules.ExplicitPath = o.Kubeconfig
-	}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.Context}
-	overrides.Context.Namespace = o.Namespace
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := cc.ClientConfig()
+// kubeDeps connects to the API server the kubeconfig flags name.
+func (a *app) kubeDeps() (deps, error) {
+	cfg, ns, err := a.kubeConfig()
 	if err != nil {
-		return deps{}, fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return deps{}, fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
+		return deps{}, err
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -190,10 +179,4 @@ func kubeDeps(o *Options) (deps, error) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// outputFlag adds -o to a read command.
-func outputFlag(c *cobra.Command, into *string) {
-	c.Flags().StringVarP(into, "output", "o", formatTable, "output format: table, json or yaml")
-	_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
 }

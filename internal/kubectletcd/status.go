@@ -17,6 +17,9 @@ type StatusRow struct {
 	ID               string   `json:"id"`
 	Name             string   `json:"name"`
 	Endpoint         string   `json:"endpoint"`
+	PeerURLs         []string `json:"peerURLs,omitempty"`
+	Pod              string   `json:"pod,omitempty"`
+	Node             string   `json:"node,omitempty"`
 	DBSize           int64    `json:"dbSize"`
 	DBSizeInUse      int64    `json:"dbSizeInUse"`
 	IsLeader         bool     `json:"isLeader"`
@@ -36,15 +39,16 @@ type StatusRow struct {
 }
 
 func (a *app) statusCommand() *cobra.Command {
-	var output string
+	var output *outputFlags
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Show each member's status: DB size and use, leader, raft term and index, learner, alarms, version",
 		Long: `Show the status of the -p Pod's member, or of every member of the -c cluster in
-one table. Exits 1 when a member could not be read (its row says why).`,
+one table. Exits 1 when a member could not be read (its row says why).
+-o wide adds each member's peer URLs, the leader it follows, its Pod and node.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(output); err != nil {
+			if err := output.validate(); err != nil {
 				return err
 			}
 			return a.withSession(cmd, func(ctx context.Context, s *session) error {
@@ -52,14 +56,14 @@ one table. Exits 1 when a member could not be read (its row says why).`,
 				if err != nil {
 					return err
 				}
-				if err := statusTable(rows).print(cmd.OutOrStdout(), output); err != nil {
+				if err := output.print(cmd.OutOrStdout(), newMemberStatusList(rows), statusTable(rows)); err != nil {
 					return err
 				}
 				return unreadable(rows)
 			})
 		},
 	}
-	outputFlag(c, &output)
+	output = addOutputFlags(c)
 	return c
 }
 
@@ -102,7 +106,10 @@ func (s *session) status(ctx context.Context) ([]StatusRow, error) {
 }
 
 func statusRow(st *memberState, alarms []etcd.Alarm) StatusRow {
-	r := StatusRow{ID: etcd.FormatID(st.Member.ID), Name: st.Member.Name, IsLearner: st.Member.IsLearner}
+	r := StatusRow{ID: etcd.FormatID(st.Member.ID), Name: st.Member.Name, PeerURLs: st.Member.PeerURLs, IsLearner: st.Member.IsLearner}
+	if st.Pod != nil {
+		r.Pod, r.Node = st.Pod.Name, st.Pod.Spec.NodeName
+	}
 	if len(st.Member.ClientURLs) > 0 {
 		r.Endpoint = st.Member.ClientURLs[0]
 	} else if st.Conn != nil {
@@ -139,7 +146,7 @@ func (s *session) unlistedPods(list *etcd.MemberList) []StatusRow {
 		if p.DeletionTimestamp != nil || slices.ContainsFunc(list.Members, func(m etcd.Member) bool { return m.Name == name }) {
 			continue
 		}
-		out = append(out, StatusRow{ID: "-", Name: name, Endpoint: advertisedClientURL(p, s.sec.TLS != nil), NotMember: true})
+		out = append(out, StatusRow{ID: "-", Name: name, Endpoint: advertisedClientURL(p, s.sec.TLS != nil), Pod: name, Node: p.Spec.NodeName, NotMember: true})
 	}
 	slices.SortFunc(out, func(a, b StatusRow) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -154,29 +161,40 @@ func findMember(list *etcd.MemberList, id uint64) *etcd.Member {
 	return nil
 }
 
-func statusTable(rows []StatusRow) table {
-	t := table{
-		header: []string{"ID", "NAME", "ENDPOINT", "DB SIZE", "IN USE", "LEADER", "RAFT TERM", "RAFT INDEX", "APPLIED", "LEARNER", "ALARMS", "VERSION", "ERRORS"},
-		value:  rows,
-	}
-	for _, r := range rows {
-		if r.Unreachable != "" || r.NotMember {
-			why := r.Unreachable
-			if r.NotMember {
-				why = "not in etcd's member list"
-			}
-			t.rows = append(t.rows, []string{r.ID, orDash(r.Name), orDash(r.Endpoint), "-", "-", "-", "-", "-", "-", yesNo(r.IsLearner), orDash(strings.Join(r.Alarms, ",")), "-", why})
-			continue
+// statusTable is the human form of rows; wide adds the peer URLs, the
+// leader each member follows, its Pod and node.
+func statusTable(rows []StatusRow) func(wide bool) table {
+	return func(wide bool) table {
+		t := table{header: []string{"ID", "NAME", "ENDPOINT", "DB SIZE", "IN USE", "LEADER", "RAFT TERM", "RAFT INDEX", "APPLIED", "LEARNER", "ALARMS", "VERSION", "ERRORS"}}
+		if wide {
+			t.header = append(t.header, "PEER URLS", "LEADER ID", "POD", "NODE")
 		}
-		t.rows = append(t.rows, []string{
-			r.ID, orDash(r.Name), orDash(r.Endpoint), bytesIEC(r.DBSize),
-			fmt.Sprintf("%s (%s)", bytesIEC(r.DBSizeInUse), percent(r.DBSizeInUse, r.DBSize)),
-			yesNo(r.IsLeader), strconv.FormatUint(r.RaftTerm, 10), strconv.FormatUint(r.RaftIndex, 10),
-			strconv.FormatUint(r.RaftAppliedIndex, 10), yesNo(r.IsLearner), orDash(strings.Join(r.Alarms, ",")),
-			orDash(r.Version), orDash(strings.Join(r.Errors, "; ")),
-		})
+		for _, r := range rows {
+			row := statusCells(r)
+			if wide {
+				row = append(row, orDash(strings.Join(r.PeerURLs, ",")), orDash(r.Leader), orDash(r.Pod), orDash(r.Node))
+			}
+			t.rows = append(t.rows, row)
+		}
+		return t
 	}
-	return t
+}
+
+func statusCells(r StatusRow) []string {
+	if r.Unreachable != "" || r.NotMember {
+		why := r.Unreachable
+		if r.NotMember {
+			why = "not in etcd's member list"
+		}
+		return []string{r.ID, orDash(r.Name), orDash(r.Endpoint), "-", "-", "-", "-", "-", "-", yesNo(r.IsLearner), orDash(strings.Join(r.Alarms, ",")), "-", why}
+	}
+	return []string{
+		r.ID, orDash(r.Name), orDash(r.Endpoint), bytesIEC(r.DBSize),
+		fmt.Sprintf("%s (%s)", bytesIEC(r.DBSizeInUse), percent(r.DBSizeInUse, r.DBSize)),
+		yesNo(r.IsLeader), strconv.FormatUint(r.RaftTerm, 10), strconv.FormatUint(r.RaftIndex, 10),
+		strconv.FormatUint(r.RaftAppliedIndex, 10), yesNo(r.IsLearner), orDash(strings.Join(r.Alarms, ",")),
+		orDash(r.Version), orDash(strings.Join(r.Errors, "; ")),
+	}
 }
 
 // unreadable fails the command when a member etcd lists could not be read.

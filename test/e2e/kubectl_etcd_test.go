@@ -55,18 +55,18 @@ func testPluginPlaintext(t *testing.T) {
 
 	rows := pluginStatus(t, name)
 	leader := requireOneLeader(t, rows, 3)
-	var single []kubectletcd.StatusRow
+	var single kubectletcd.MemberStatusList
 	pluginDecode(t, &single, "status", "-p", rows[0].Name, "-o", "yaml")
-	if len(single) != 1 || single[0].Name != rows[0].Name {
+	if len(single.Items) != 1 || single.Items[0].Name != rows[0].Name {
 		t.Errorf("status -p %s: %+v", rows[0].Name, single)
 	}
 	if table := mustPlugin(t, "status", "-c", name); strings.Count(table, "\n") != 4 || !strings.Contains(table, "RAFT TERM") {
 		t.Errorf("status table:\n%s", table)
 	}
-	var ms []kubectletcd.MemberRow
+	var ms kubectletcd.MemberList
 	pluginDecode(t, &ms, "members", "-c", name, "-o", "json")
 	var listed []string
-	for _, m := range ms {
+	for _, m := range ms.Items {
 		listed = append(listed, m.Name)
 	}
 	slices.Sort(listed)
@@ -301,9 +301,9 @@ func testPluginMTLSAuth(t *testing.T) {
 
 	// The plugin finds the root credentials from the cluster.
 	requireOneLeader(t, pluginStatus(t, name), 3)
-	var ms []kubectletcd.MemberRow
+	var ms kubectletcd.MemberList
 	pluginDecode(t, &ms, "members", "-c", name, "-o", "yaml")
-	if len(ms) != 3 {
+	if len(ms.Items) != 3 {
 		t.Errorf("members: %+v", ms)
 	}
 	if out := mustPlugin(t, "compact", "-c", name); !strings.Contains(out, "ompacted") {
@@ -327,8 +327,9 @@ func testPluginMTLSAuth(t *testing.T) {
 	out, errOut, code = runPlugin(t, "remove-member", "-c", name, id)
 	t.Logf("kubectl etcd remove-member -c %s %s: exit %d\n%s%s", name, id, code, out, errOut)
 	eventually(t, time.Minute, "the learner gone", func() (bool, string) {
+		ms = kubectletcd.MemberList{}
 		pluginDecode(t, &ms, "members", "-c", name, "-o", "json")
-		return !slices.ContainsFunc(ms, func(m kubectletcd.MemberRow) bool { return m.ID == id }), fmt.Sprintf("%+v", ms)
+		return !slices.ContainsFunc(ms.Items, func(m kubectletcd.MemberRow) bool { return m.ID == id }), fmt.Sprintf("%+v", ms.Items)
 	})
 }
 
@@ -342,9 +343,9 @@ func noSpaceIsClearedByDefrag(t *testing.T, name string) {
 	defer func() { _ = c.Close() }()
 	fill(t, c, "bulk/", 32<<20)
 	t.Logf("kubectl etcd alarm list -c %s:\n%s", name, mustPlugin(t, "alarm", "list", "-c", name))
-	var alarms []kubectletcd.AlarmRow
+	var alarms kubectletcd.AlarmList
 	pluginDecode(t, &alarms, "alarm", "list", "-c", name, "-o", "json")
-	if len(alarms) == 0 || alarms[0].Alarm != "NOSPACE" {
+	if len(alarms.Items) == 0 || alarms.Items[0].Alarm != "NOSPACE" {
 		t.Fatalf("alarm list after filling the quota: %+v", alarms)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -385,9 +386,9 @@ func testPluginForeignPod(t *testing.T) {
 		}
 		return podIsReady(p.Status.Conditions), string(p.Status.Phase)
 	})
-	var rows []kubectletcd.StatusRow
-	pluginDecode(t, &rows, "status", "-p", pod.Name, "-o", "json")
-	if len(rows) != 1 || rows[0].Name != pod.Name || !rows[0].IsLeader || rows[0].Endpoint != "https://localhost:2379" {
+	var status kubectletcd.MemberStatusList
+	pluginDecode(t, &status, "status", "-p", pod.Name, "-o", "json")
+	if rows := status.Items; len(rows) != 1 || rows[0].Name != pod.Name || !rows[0].IsLeader || rows[0].Endpoint != "https://localhost:2379" {
 		t.Errorf("status: %+v", rows)
 	}
 	out := mustPlugin(t, "add-member", "-p", pod.Name, "http://learner.example:2380", "--name", "learner")
@@ -561,9 +562,9 @@ func runPluginOnTerminal(t *testing.T, args ...string) (stdout, terminal string)
 
 func pluginStatus(t *testing.T, name string, extra ...string) []kubectletcd.StatusRow {
 	t.Helper()
-	var rows []kubectletcd.StatusRow
-	pluginDecode(t, &rows, append([]string{"status", "-c", name, "-o", "json"}, extra...)...)
-	return rows
+	var status kubectletcd.MemberStatusList
+	pluginDecode(t, &status, append([]string{"status", "-c", name, "-o", "json"}, extra...)...)
+	return status.Items
 }
 
 // requireOneLeader checks n readable members, all agreeing on one leader.

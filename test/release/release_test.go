@@ -162,21 +162,21 @@ func readTar(t *testing.T, path string, gzipped bool, keep func(*tar.Header) boo
 }
 
 // TestArchivesHoldTheStampedBinaries checks each archive holds its binary,
-// the licence and the README, and that the binaries this machine can run
-// print the release's version.
+// the licence and the README (kubectl-etcd's also its completion scripts),
+// and that the binaries this machine can run print the release's version.
 func TestArchivesHoldTheStampedBinaries(t *testing.T) {
 	dir := dist(t)
 	version := env(t, "RELEASE_VERSION")
 	for _, cmd := range []string{"kubectl-etcd", "etcd-migrate"} {
+		want := []string{"LICENSE", "README.md", cmd}
+		if cmd == "kubectl-etcd" {
+			want = append(want, kubectlEtcdCompletions...)
+		}
+		slices.Sort(want)
 		for _, p := range platforms {
 			files := archive(t, filepath.Join(dir, cmd+"-"+p+".tar.gz"))
-			var names []string
-			for n := range files {
-				names = append(names, n)
-			}
-			slices.Sort(names)
-			if !slices.Equal(names, []string{"LICENSE", "README.md", cmd}) {
-				t.Errorf("%s-%s.tar.gz holds %v", cmd, p, names)
+			if names := fileNames(files); !slices.Equal(names, want) {
+				t.Errorf("%s-%s.tar.gz holds %v, want %v", cmd, p, names, want)
 				continue
 			}
 			if p != runtime.GOOS+"-"+runtime.GOARCH {
@@ -192,6 +192,75 @@ func TestArchivesHoldTheStampedBinaries(t *testing.T) {
 			}
 		}
 	}
+}
+
+// kubectlEtcdCompletions are the completion files of the kubectl-etcd
+// archives.
+var kubectlEtcdCompletions = []string{
+	"completions/kubectl-etcd.bash", "completions/kubectl-etcd.fish", "completions/kubectl-etcd.ps1", "completions/kubectl-etcd.zsh",
+	"kubectl_complete-etcd",
+}
+
+// fileNames are the regular files of an archive, sorted (directories have
+// no contents and are left out).
+func fileNames(files map[string][]byte) []string {
+	var names []string
+	for n := range files {
+		if !strings.HasSuffix(n, "/") {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestKubectlEtcdArchivesCompleteEveryShell checks the completion scripts
+// in the kubectl-etcd archives: the same in every archive, each what the
+// binary of this machine's archive generates for its shell, and an
+// executable kubectl_complete-etcd that hands the words to the plugin.
+func TestKubectlEtcdArchivesCompleteEveryShell(t *testing.T) {
+	dir := dist(t)
+	host := archive(t, filepath.Join(dir, "kubectl-etcd-"+runtime.GOOS+"-"+runtime.GOARCH+".tar.gz"))
+	bin := filepath.Join(t.TempDir(), "kubectl-etcd")
+	if err := os.WriteFile(bin, host["kubectl-etcd"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for shell, file := range map[string]string{"bash": "kubectl-etcd.bash", "zsh": "kubectl-etcd.zsh", "fish": "kubectl-etcd.fish", "powershell": "kubectl-etcd.ps1"} {
+		generated, err := exec.Command(bin, "completion", shell).Output()
+		if err != nil {
+			t.Fatalf("kubectl-etcd completion %s: %v", shell, err)
+		}
+		if !slices.Equal(host["completions/"+file], generated) {
+			t.Errorf("completions/%s is not what kubectl-etcd completion %s prints", file, shell)
+		}
+	}
+	if !strings.Contains(string(host["kubectl_complete-etcd"]), "exec kubectl-etcd __complete \"$@\"") {
+		t.Errorf("kubectl_complete-etcd does not hand the words to kubectl-etcd __complete:\n%s", host["kubectl_complete-etcd"])
+	}
+	for _, p := range platforms {
+		path := filepath.Join(dir, "kubectl-etcd-"+p+".tar.gz")
+		files := archive(t, path)
+		for _, name := range kubectlEtcdCompletions {
+			if !slices.Equal(files[name], host[name]) {
+				t.Errorf("%s of kubectl-etcd-%s.tar.gz differs from this machine's archive", name, p)
+			}
+		}
+		modes := readTarModes(t, path)
+		if modes["kubectl_complete-etcd"]&0o111 != 0o111 || modes["completions/kubectl-etcd.bash"] != 0o644 {
+			t.Errorf("kubectl-etcd-%s.tar.gz: kubectl_complete-etcd mode %o, completions mode %o; want executable and 644", p, modes["kubectl_complete-etcd"], modes["completions/kubectl-etcd.bash"])
+		}
+	}
+}
+
+// readTarModes reads a .tar.gz's file modes: name → permission bits.
+func readTarModes(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	modes := map[string]int64{}
+	readTar(t, path, true, func(h *tar.Header) bool {
+		modes[h.Name] = h.Mode & 0o777
+		return false
+	})
+	return modes
 }
 
 // TestKrewManifestNamesTheArchives checks the krew manifest's version, and
