@@ -6,6 +6,11 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 GO ?= go
+# testtimes records each tier's test events (make test, and a tier run
+# alone); defined before any rule names it as a prerequisite.
+TESTTIMES := bin/testtimes
+TEST_TIMES := $(CURDIR)/bin/test-times
+RECORD := $(CURDIR)/$(TESTTIMES) record -dir $(TEST_TIMES)
 # Every build and test of the project is static and shares one build
 # configuration, so a package compiled for vet is reused by the tests, the
 # sandbox and the operator image instead of being compiled again.
@@ -153,9 +158,6 @@ check-generate: ## Fail if the committed generated files are stale.
 # prints what go test prints without -json as the tests run and keeps the
 # events in bin/test-times/<tier>.json; `make test` also times each step and
 # prints the slowest tests and each tier's time at the end, after a failure too.
-TESTTIMES := bin/testtimes
-TEST_TIMES := $(CURDIR)/bin/test-times
-RECORD := $(CURDIR)/$(TESTTIMES) record -dir $(TEST_TIMES)
 
 # Built under make -n too (the +): `make -n test` runs it to show each step.
 $(TESTTIMES): $(wildcard hack/testtimes/*.go)
