@@ -15,6 +15,7 @@
 #   helm/v<ver>/helm
 #   minio/<ver>/minio                           the S3 server of snapshot tests
 #   promtool/<ver>/promtool                     Prometheus's rule checker (the chart's alerts)
+#   prometheus/<ver>/prometheus                 Prometheus itself, Kubernetes discovery only (alert drills)
 #   cert-manager/v<ver>-<source hash>/{cert-manager-controller,crds/}
 #                                               cert-manager's controllers (hack/cert-manager)
 #   bin/                                        symlinks to the default versions
@@ -50,6 +51,7 @@ lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
 helm_dir=$root/helm/v$HELM_VERSION
 minio_dir=$root/minio/$MINIO_VERSION
 promtool_dir=$root/promtool/$PROMETHEUS_VERSION
+prometheus_dir=$root/prometheus/$PROMETHEUS_VERSION
 cm_src=$here/cert-manager
 # Keyed by the wiring's source (tests excluded), like the pause process.
 cm_dir=$root/cert-manager/$CERT_MANAGER_VERSION-$(cd "$cm_src" && ls go.mod go.sum *.go | grep -v '_test\.go$' | xargs cat | sha256sum | cut -c1-12)
@@ -65,13 +67,13 @@ complete() {
 	local f
 	for f in "${kube_cmds[@]/#/$kube_dir/}" "${containerd_cmds[@]/#/$containerd_dir/}" "$coredns_dir/coredns" \
 		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm" "$minio_dir/minio" \
-		"$cm_dir/cert-manager-controller" "$promtool_dir/promtool"; do
+		"$cm_dir/cert-manager-controller" "$promtool_dir/promtool" "$prometheus_dir/prometheus"; do
 		[[ -x $f ]] || return 1
 	done
 	for v in "${etcd_versions[@]}"; do
 		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
 	done
-	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio cert-manager-controller promtool; do
+	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio cert-manager-controller promtool prometheus; do
 		[[ -x $bin/$f ]] || return 1
 	done
 	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
@@ -84,6 +86,7 @@ complete() {
 	[[ $(readlink "$bin/minio") == "$minio_dir/minio" ]] || return 1
 	[[ $(readlink "$bin/cert-manager-controller") == "$cm_dir/cert-manager-controller" ]] || return 1
 	[[ $(readlink "$bin/promtool") == "$promtool_dir/promtool" ]] || return 1
+	[[ $(readlink "$bin/prometheus") == "$prometheus_dir/prometheus" ]] || return 1
 }
 
 if complete; then
@@ -346,6 +349,21 @@ build_promtool() {
 	finish
 }
 
+# build_prometheus builds the Prometheus server that the alert drills run
+# beside the suites (test/e2e/prometheus_test.go): with Kubernetes service
+# discovery alone, and without the web UI's assets (its API is what the
+# tests ask).
+build_prometheus() {
+	local v=$PROMETHEUS_VERSION mod=github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION
+	[[ -x $prometheus_dir/prometheus ]] && return
+	begin "prometheus $v" 290
+	local w=$work/prometheus
+	mkdir -p "$w/out"
+	(cd "$w" && GOBIN="$w/out" gobuild install -tags remove_all_sd,enable_kubernetes_sd -trimpath -ldflags "-s -w" "$mod") || fail "$mod"
+	install_dir "$w/out" "$prometheus_dir"
+	finish
+}
+
 # build_cert_manager builds hack/cert-manager, a module of its own that runs
 # cert-manager's real controllers, and copies the CRDs of the same release
 # next to it. Its directory is keyed by its source too, so a change to the
@@ -383,6 +401,7 @@ build_helm
 build_minio
 build_cert_manager
 build_promtool
+build_prometheus
 
 mkdir -p "$bin"
 for c in "${kube_cmds[@]}"; do link "$c" "$kube_dir/$c"; done
@@ -395,6 +414,7 @@ link helm "$helm_dir/helm"
 link minio "$minio_dir/minio"
 link cert-manager-controller "$cm_dir/cert-manager-controller"
 link promtool "$promtool_dir/promtool"
+link prometheus "$prometheus_dir/prometheus"
 
 ((built == 0)) || echo "tools: the toolchain is ready after $(duration "$SECONDS")" >&2
 echo "$bin"

@@ -212,6 +212,21 @@ var suiteNamespaces = []string{
 	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager", "e2e-tlsmodes", "e2e-peercut", "e2e-snapverify", "e2e-recover", "e2e-recoversnap", "e2e-defrag", "e2e-nospace",
 }
 
+// chartPath is the chart the suites install: make test installs the one
+// make release packaged (E2E_CHART), so that a file the package leaves out
+// fails here.
+func chartPath() string {
+	chart := os.Getenv("E2E_CHART")
+	switch {
+	case chart == "":
+		return filepath.Join(tools.RepoRoot(), "charts", "etcd-operator")
+	case !filepath.IsAbs(chart):
+		// Helm reads "dist/x.tgz" as a chart in a repository named dist.
+		return filepath.Join(tools.RepoRoot(), chart)
+	}
+	return chart
+}
+
 // installOperator installs the chart as a release in ns. Only the first
 // release installs the CRDs; env adds variables to the manager.
 func installOperator(release, ns string, crds bool, env map[string]string, watch ...string) error {
@@ -221,17 +236,7 @@ func installOperator(release, ns string, crds bool, env map[string]string, watch
 // installOperatorImage installs the chart with the given operator image.
 func installOperatorImage(img, release, ns string, crds bool, env map[string]string, watch ...string) error {
 	repo, tag, _ := strings.Cut(img, ":")
-	// make test installs the chart make release packaged (E2E_CHART), so
-	// that a file the package leaves out fails here.
-	chart := os.Getenv("E2E_CHART")
-	switch {
-	case chart == "":
-		chart = filepath.Join(tools.RepoRoot(), "charts", "etcd-operator")
-	case !filepath.IsAbs(chart):
-		// Helm reads "dist/x.tgz" as a chart in a repository named dist.
-		chart = filepath.Join(tools.RepoRoot(), chart)
-	}
-	args := []string{"upgrade", "--install", release, chart,
+	args := []string{"upgrade", "--install", release, chartPath(),
 		"--namespace", ns, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=" + repo, "--set-string", "image.tag=" + tag,
 		"--set", fmt.Sprintf("crds.enabled=%t", crds), "--set", "manager.logLevel=debug"}

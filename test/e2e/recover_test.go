@@ -23,13 +23,22 @@ import (
 // Pod or claim; the plan's token restarts the survivor alone with
 // --force-new-cluster and the cluster grows back to three. Every write
 // acknowledged before the loss is there afterwards, and a second writer,
-// started during the outage, is served again.
+// started during the outage, is served again. A Prometheus configured from
+// the chart's monitors and alert rules scrapes the members and the operator
+// all along: the no-leader alert fires during the outage and clears once
+// the cluster is recovered.
 func TestQuorumLossRecovered(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, "e2e-recover")
 	const name = "phoenix"
+	prom := startPrometheus(t, ns)
 	newCluster(t, ns, name, 3)
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	// The members' own series, labelled by the PodMonitor's relabelings.
+	eventually(t, 2*time.Minute, "the members scraped", func() (bool, string) {
+		v, _, err := prom.value(fmt.Sprintf(`count(etcd_server_has_leader{etcd_cluster_namespace=%q,etcd_cluster=%q} == 1)`, ns, name))
+		return err == nil && v == 3, fmt.Sprintf("%v members with a leader (%v)", v, err)
+	})
 	id := getCluster(t, ns, name).Status.ClusterID
 	before := startWriter(t, ns, name)
 	eventually(t, time.Minute, "some writes", func() (bool, string) { return before.count() > 20, "" })
@@ -63,6 +72,9 @@ func TestQuorumLossRecovered(t *testing.T) {
 		return c != nil && c.Reason == conditions.ReasonQuorumLost && strings.Contains(c.Message, "gone:"), condString(c)
 	})
 	t.Logf("quorum loss reported after %s", time.Since(lostAt).Round(time.Second))
+	// The rule's 1m "for" runs out before the operator is asked anything.
+	prom.waitAlert(t, "EtcdClusterNoLeader", ns, name, "firing", 3*time.Minute)
+	t.Logf("EtcdClusterNoLeader firing after %s", time.Since(lostAt).Round(time.Second))
 	snapshot := objectsOf(t, ns, name)
 	annotateRecover(t, ns, name, manifest.RecoverDryRun)
 	var plan *v1alpha2.RecoveryStatus
@@ -89,6 +101,7 @@ func TestQuorumLossRecovered(t *testing.T) {
 	})
 	t.Logf("recovery completed %s after consent", time.Since(consentAt).Round(time.Second))
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	prom.waitAlert(t, "EtcdClusterNoLeader", ns, name, "", 2*time.Minute)
 	if got := getCluster(t, ns, name).Status.ClusterID; got != id {
 		t.Errorf("the cluster ID changed from %s to %s", id, got)
 	}
