@@ -100,7 +100,9 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 			reason, msg = conditions.ReasonAuthCredentialsRejected, "etcd refuses the root credentials the operator has: "+err.Error()
 		}
 		set(s, conditions.Ready, false, reason, msg)
-		if s.member.Status.MemberID == "" {
+		if s.member.Status.MemberID == "" && reason == conditions.ReasonDiscoveringMemberID {
+			// A new member that does not answer yet; one that refuses
+			// the credentials is asked at the usual pace.
 			return ctrl.Result{RequeueAfter: retryDiscover}, nil
 		}
 		return ctrl.Result{RequeueAfter: retryStatus}, nil
