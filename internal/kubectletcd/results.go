@@ -46,11 +46,7 @@ func (l *MemberStatusList) DeepCopyObject() runtime.Object {
 }
 
 func (l *MemberStatusList) itemNames() (string, []string) {
-	names := make([]string, 0, len(l.Items))
-	for _, r := range l.Items {
-		names = append(names, nameOrID(r.Name, r.ID))
-	}
-	return memberKind, names
+	return memberKind, memberNames(l.Items, func(r StatusRow) string { return nameOrID(r.Name, r.ID) })
 }
 
 // MemberList is what `members` prints: etcd's membership.
@@ -70,11 +66,7 @@ func (l *MemberList) DeepCopyObject() runtime.Object {
 }
 
 func (l *MemberList) itemNames() (string, []string) {
-	names := make([]string, 0, len(l.Items))
-	for _, m := range l.Items {
-		names = append(names, nameOrID(m.Name, m.ID))
-	}
-	return memberKind, names
+	return memberKind, memberNames(l.Items, func(m MemberRow) string { return nameOrID(m.Name, m.ID) })
 }
 
 // AlarmList is what `alarm list` prints: the alarms raised.
@@ -112,11 +104,7 @@ func (l *DefragResultList) DeepCopyObject() runtime.Object {
 }
 
 func (l *DefragResultList) itemNames() (string, []string) {
-	names := make([]string, 0, len(l.Items))
-	for _, r := range l.Items {
-		names = append(names, nameOrID(r.Name, r.ID))
-	}
-	return memberKind, names
+	return memberKind, memberNames(l.Items, func(r DefragResult) string { return nameOrID(r.Name, r.ID) })
 }
 
 // VersionInfo is what `version` prints.
@@ -149,6 +137,15 @@ func (r *Recovery) DeepCopyObject() runtime.Object {
 	out := newRecovery(&r.RecoveryStatus)
 	out.TypeMeta = r.TypeMeta
 	return out
+}
+
+// memberNames names each item of a member list.
+func memberNames[T any](items []T, name func(T) string) []string {
+	names := make([]string, 0, len(items))
+	for _, it := range items {
+		names = append(names, name(it))
+	}
+	return names
 }
 
 // nameOrID names a member by its name, or by its ID before it has one.

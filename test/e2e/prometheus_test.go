@@ -128,9 +128,12 @@ func renderMonitoring(t *testing.T, ns string) []*unstructured.Unstructured {
 	return objects
 }
 
+// notInLabelName is what a service discovery meta label name cannot hold.
+var notInLabelName = regexp.MustCompile(`[^a-zA-Z0-9_]`)
+
 // labelName is a Kubernetes label as a service discovery meta label names
 // it.
-func labelName(l string) string { return regexp.MustCompile(`[^a-zA-Z0-9_]`).ReplaceAllString(l, "_") }
+func labelName(l string) string { return notInLabelName.ReplaceAllString(l, "_") }
 
 // monitorJob is the scrape job of a ServiceMonitor (role endpointslice) or
 // PodMonitor (role pod): its selector, namespaces and first endpoint.
