@@ -161,6 +161,38 @@ func (c *client) ClusterVersion(ctx context.Context, endpoint string) (string, e
 	return minorOf(v.Cluster), nil
 }
 
+// Health reads a member's /health document. The metrics listener is plain
+// HTTP; the client's address resolution still applies.
+func (c *client) Health(ctx context.Context, url string) error {
+	var dial func(context.Context, string, string) (net.Conn, error)
+	if c.cfg.Resolve != nil {
+		rd := ResolvingDialer(c.cfg.Resolve)
+		dial = func(ctx context.Context, _, addr string) (net.Conn, error) { return rd(ctx, addr) }
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dial}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var h struct {
+		Health string `json:"health"`
+		Reason string `json:"reason"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return fmt.Errorf("reading %s: status %d: %w", url, resp.StatusCode, err)
+	}
+	if h.Health != "true" || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: %s says health %q (status %d) %s", ErrNotHealthy, url, h.Health, resp.StatusCode, h.Reason)
+	}
+	return nil
+}
+
 // minorOf turns "3.6.0" into "3.6".
 func minorOf(v string) string {
 	parts := strings.SplitN(v, ".", 3)

@@ -31,6 +31,8 @@ import (
 type testCluster interface {
 	peerURL(name string) string
 	clientURL(name string) string
+	// healthURL is the member's /health on its metrics listener.
+	healthURL(name string) string
 	// start starts a member the membership lists (or, for the first one,
 	// bootstraps the cluster) and waits until it serves.
 	start(t *testing.T, name string)
@@ -238,6 +240,10 @@ func removingConnectedVoter(t *testing.T, c testCluster) {
 func noLeaderWithoutQuorum(t *testing.T, c testCluster) {
 	via := threeVoters(t, c)
 	m0 := idOf(t, via, c.peerURL("m0"))
+	c.eventually(t, "m0's /health healthy", func() (bool, string) {
+		err := via.Health(ctxT(t), c.healthURL("m0"))
+		return err == nil, fmt.Sprint(err)
+	})
 	c.stop(t, "m1")
 	c.stop(t, "m2")
 	c.eventually(t, "m0 without a leader", func() (bool, string) {
@@ -247,6 +253,13 @@ func noLeaderWithoutQuorum(t *testing.T, c testCluster) {
 		}
 		return st.Leader == 0 && st.MemberID == m0, fmt.Sprintf("leader %x", st.Leader)
 	})
+	c.eventually(t, "m0's /health unhealthy", func() (bool, string) {
+		err := via.Health(ctxT(t), c.healthURL("m0"))
+		return errors.Is(err, etcd.ErrNotHealthy), fmt.Sprint(err)
+	})
+	if err := via.Health(ctxT(t), c.healthURL("m1")); err == nil || errors.Is(err, etcd.ErrNotHealthy) {
+		t.Errorf("a stopped member's /health: %v, want a connection error", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := via.MemberList(ctx); err == nil {
@@ -340,6 +353,10 @@ func memberListAndStatus(t *testing.T, c testCluster) {
 		ok := st.IsLearner && st.MemberID == learner && st.ClusterID == list.ClusterID && st.Leader != 0
 		return ok, fmt.Sprintf("%+v", st)
 	})
+	c.eventually(t, "the learner's /health", func() (bool, string) {
+		err := via.Health(ctxT(t), c.healthURL("m1"))
+		return err == nil, fmt.Sprint(err)
+	})
 	list, err = via.MemberList(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
@@ -404,6 +421,7 @@ func newFakeCluster() *fakeCluster {
 
 func (f *fakeCluster) peerURL(name string) string   { return "http://" + name + ":2380" }
 func (f *fakeCluster) clientURL(name string) string { return "http://" + name + ":2379" }
+func (f *fakeCluster) healthURL(name string) string { return "http://" + name + ":2381/health" }
 
 func (f *fakeCluster) start(t *testing.T, name string) {
 	if len(f.c.Members()) == 0 {
@@ -460,9 +478,9 @@ func (f *fakeCluster) eventually(t *testing.T, what string, cond func() (bool, s
 // --- real etcd ----------------------------------------------------------
 
 type realMember struct {
-	peer, client string
-	server       *embed.Etcd
-	started      bool
+	peer, client, metrics string
+	server                *embed.Etcd
+	started               bool
 }
 
 type realCluster struct {
@@ -508,6 +526,14 @@ func (c *realCluster) clientURL(name string) string {
 	return m.client
 }
 
+func (c *realCluster) healthURL(name string) string {
+	m := c.member(name)
+	if m.metrics == "" {
+		m.metrics = "http://" + mustFreePort()
+	}
+	return m.metrics + "/health"
+}
+
 func mustFreePort() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -528,7 +554,7 @@ func (c *realCluster) start(t *testing.T, name string) {
 	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
 	cfg.ListenClientUrls = []url.URL{mustURL(c.clientURL(name))}
 	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
-	cfg.ListenMetricsUrls = nil
+	cfg.ListenMetricsUrls = []url.URL{mustURL(strings.TrimSuffix(c.healthURL(name), "/health"))}
 	cfg.InitialClusterToken = "contract"
 	cfg.InitialCluster, cfg.ClusterState = c.initialCluster(t, name)
 	e, err := embed.StartEtcd(cfg)

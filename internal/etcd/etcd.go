@@ -97,6 +97,12 @@ type Client interface {
 	// lowest every member runs, or a downgrade's target) as the member at
 	// the endpoint (a client URL) knows it.
 	ClusterVersion(ctx context.Context, endpoint string) (string, error)
+	// Health asks a member's /health document at url (on its metrics
+	// listener, plain HTTP) and returns nil when etcd says it is healthy:
+	// the member knows a leader and a linearizable read through it
+	// succeeded. etcd serves it before the member has published itself
+	// through raft, when its client port does not answer yet.
+	Health(ctx context.Context, url string) error
 	// Downgrade validates, enables or cancels a downgrade of the cluster
 	// version to the minor of version, and returns the cluster version.
 	Downgrade(ctx context.Context, action DowngradeAction, version string) (string, error)
@@ -157,6 +163,9 @@ var (
 	ErrUnhealthy = errors.New("etcd: cluster not healthy enough for a membership change")
 	// ErrLearnerNotReady: the learner has not caught up with the leader.
 	ErrLearnerNotReady = errors.New("etcd: learner not in sync with the leader")
+	// ErrNotHealthy: a member's /health says it is not healthy (no leader,
+	// or its linearizable read failed).
+	ErrNotHealthy = errors.New("etcd: member not healthy")
 	// ErrMemberNotFound: no member with that ID.
 	ErrMemberNotFound = errors.New("etcd: member not found")
 	// ErrTooManyLearners: etcd allows one learner at a time.

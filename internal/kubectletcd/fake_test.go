@@ -357,6 +357,10 @@ func (c *fakeClient) ClusterVersion(context.Context, string) (string, error) {
 	return "", errors.New("not used by the plugin")
 }
 
+func (c *fakeClient) Health(context.Context, string) error {
+	return errors.New("not used by the plugin")
+}
+
 func (c *fakeClient) Downgrade(context.Context, etcd.DowngradeAction, string) (string, error) {
 	return "", errors.New("not used by the plugin")
 }

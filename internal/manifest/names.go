@@ -132,6 +132,12 @@ func ClientURL(m *v1alpha2.EtcdMember) string {
 	return fmt.Sprintf("%s://%s.%s.%s.svc:%d", scheme(secure), m.Name, ServiceName(m), m.Namespace, ClientPort)
 }
 
+// HealthURL is the member's /health as its readiness probe asks it: on
+// the metrics listener, which is plain HTTP.
+func HealthURL(m *v1alpha2.EtcdMember) string {
+	return fmt.Sprintf("http://%s.%s.%s.svc:%d%s", m.Name, ServiceName(m), m.Namespace, MetricsPort, ReadinessPath)
+}
+
 // ClusterToken is the --initial-cluster-token of a new cluster: unique per
 // EtcdCluster incarnation because it carries the UID.
 func ClusterToken(c *v1alpha2.EtcdCluster) string {

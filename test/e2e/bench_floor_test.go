@@ -36,11 +36,15 @@ type floors struct {
 	// for each further member a learner added through etcd, its Pod, and
 	// its promotion once etcd takes it (etcd refuses a membership change
 	// until every voter has been connected for about 5 s). grow[N] is the
-	// time until N voters.
+	// time until etcd lists N started voters: each has published itself,
+	// so its client port serves, as the static floor and the operator's
+	// scenarios require. (A learner that caught up from the leader's
+	// snapshot publishes itself only after etcd's request timeout; the
+	// next join does not wait for it.)
 	grow map[int]float64
 	// repair: on a settled 3-member cluster, a member removed through etcd
 	// and its Pod deleted, then a new learner added, its Pod Ready,
-	// promoted.
+	// promoted, and started (published).
 	repair float64
 	// shrink: on a settled 5-member cluster, two members removed through
 	// etcd and their Pods deleted, until the Pods are gone.
@@ -78,6 +82,9 @@ func measureFloors(t *testing.T, ns string) floors {
 	f.grow[1] = time.Since(start).Seconds()
 	for n := 2; n <= 5; n++ {
 		c.join(t)
+		if n == 3 || n == 5 {
+			c.waitVoters(t, n)
+		}
 		f.grow[n] = time.Since(start).Seconds()
 	}
 	start = time.Now()
@@ -88,6 +95,7 @@ func measureFloors(t *testing.T, ns string) floors {
 	start = time.Now()
 	c.remove(t, 1)
 	c.join(t)
+	c.waitVoters(t, 3)
 	f.repair = time.Since(start).Seconds()
 	c.delete(t)
 	return f
@@ -99,11 +107,11 @@ func (f floors) rows() []result {
 		row("floor: a bare etcd Pod created → Ready (median of 3)", f.pod, "s", "(measured)", 0),
 		row("floor: 3 etcd Pods started at once → 3 voters Ready", f.static[3], "s", "(measured)", 0),
 		row("floor: 5 etcd Pods started at once → 5 voters Ready", f.static[5], "s", "(measured)", 0),
-		row("floor: 3 members by hand, learner joins (seed, add, Pod, promote)", f.grow[3], "s", "(measured)", 0),
+		row("floor: 3 members by hand, learner joins (seed, add, Pod, promote), all started", f.grow[3], "s", "(measured)", 0),
 		row("floor: 5 members by hand, learner joins", f.grow[5], "s", "(measured)", 0),
 		row("floor: 3 → 5 by hand", f.grow[5]-f.grow[3], "s", "(measured)", 0),
 		row("floor: 5 → 3 by hand (2 removed through etcd, Pods gone)", f.shrink, "s", "(measured)", 0),
-		row("floor: 1 of 3 replaced by hand (remove, add, Pod, promote)", f.repair, "s", "(measured)", 0),
+		row("floor: 1 of 3 replaced by hand (remove, add, Pod, promote, started)", f.repair, "s", "(measured)", 0),
 	}
 }
 

@@ -25,6 +25,16 @@ import (
 //     /health, which needs a leader and a linearizable read);
 //   - the member is not Lost and not dormant.
 //
+// One exception to the first rule: a member etcd lists without a name has
+// not published itself through raft yet, and etcd serves its client port
+// only after that (seconds after the member joined, when it caught up from
+// the leader's snapshot). Such a member counts as healthy when its /health,
+// asked in the same pass, says it knows a leader and a linearizable read
+// through it succeeded: etcd's own proof that it follows the leader in its
+// term and has applied what the leader committed. It is never dialled
+// (healthyVoters), and it joins the client Service only once it answers
+// (the member controller's voter label).
+//
 // The member controller's Ready condition is never consulted for this: it
 // is cached, and as old as that controller's last pass.
 
@@ -61,9 +71,33 @@ func (w *world) podProblem(m *v1alpha2.EtcdMember) string {
 // etcdHealth judges the member by what etcd reported in this pass.
 func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
 	if st := w.etcd.status[m.Name]; st == nil && w.etcd.statusErr[m.Name] != nil {
+		if ok, why := w.publishing(m); ok {
+			return true, ""
+		} else if why != "" {
+			return false, why
+		}
 		return false, "etcd does not answer: " + w.etcd.statusErr[m.Name].Error()
 	}
 	return etcdhealth.Judge(w.etcd.status[m.Name], w.etcd.leader)
+}
+
+// publishing reports whether a member that did not answer its Status call
+// is one that has not published itself yet and is healthy by its /health
+// in this pass (see the top of this file). When it has not published and
+// is not healthy, why says so; a member that published long ago and does
+// not answer gets neither.
+func (w *world) publishing(m *v1alpha2.EtcdMember) (bool, string) {
+	em := w.etcdMemberOf(m)
+	herr, asked := w.etcd.health[m.Name]
+	switch {
+	case em == nil || em.Name != "" || !asked:
+		return false, ""
+	case herr != nil:
+		return false, "it has not published itself to etcd yet, and its /health fails: " + herr.Error()
+	case w.etcd.leader == nil:
+		return false, "it has not published itself to etcd yet, and no member that answers leads"
+	}
+	return true, ""
 }
 
 // healthy reports whether the member counts towards quorum now.
@@ -80,6 +114,14 @@ func (w *world) caughtUp(m *v1alpha2.EtcdMember) (bool, string) {
 		return false, why
 	}
 	st, lead := w.etcd.status[m.Name], w.etcd.leader
+	if ok, why := w.publishing(m); st == nil && ok {
+		// Its /health is fresh proof that it follows the leader; whether
+		// its log is close enough is etcd's own promotion check, which
+		// refuses a learner that is not (etcd.ErrLearnerNotReady: a wait).
+		return true, ""
+	} else if st == nil && why != "" {
+		return false, why
+	}
 	switch {
 	case st == nil || lead == nil:
 		return false, "its progress is unknown"
@@ -121,11 +163,12 @@ func (w *world) voters() []quorum.Voter {
 	return out
 }
 
-// healthyVoters counts the running voters healthy now: what serves clients.
+// healthyVoters counts the running voters healthy now that serve clients
+// (one that has not published itself yet does not).
 func (w *world) healthyVoters() int {
 	n := 0
 	for _, m := range w.running() {
-		if w.isVoter(m) && w.healthy(m) {
+		if w.isVoter(m) && w.healthy(m) && w.etcd.status[m.Name] != nil {
 			n++
 		}
 	}

@@ -30,6 +30,9 @@ const (
 	statusTimeout = 2 * time.Second
 	// listTimeout bounds reading the membership through the leader.
 	listTimeout = 5 * time.Second
+	// healthTimeout bounds asking /health of a member whose Status call
+	// failed.
+	healthTimeout = time.Second
 )
 
 // observe gathers the world a pass decides from: the members the cluster
@@ -161,7 +164,7 @@ func (r *Reconciler) readEtcd(ctx context.Context, w *world) {
 		return
 	}
 	w.etcd.asked = true
-	w.etcd.status, w.etcd.statusErr = map[string]*etcd.Status{}, map[string]error{}
+	w.etcd.status, w.etcd.statusErr, w.etcd.health = map[string]*etcd.Status{}, map[string]error{}, map[string]error{}
 	c, err := r.dial(ctx, w, asked)
 	if err != nil {
 		w.etcd.err = err
@@ -200,19 +203,35 @@ func leaderless(status map[string]*etcd.Status) bool {
 	return len(status) > 0
 }
 
-// readStatuses asks each member about itself, in parallel.
+// readStatuses asks each member about itself, in parallel. A member that
+// does not answer while its Pod is Ready is asked its /health too: a member
+// that joined has a Ready Pod several seconds before its client port
+// serves (etcd serves clients only once the member has published itself
+// through raft, and a learner that caught up from the leader's snapshot
+// retries that only after its request timeout).
 func (r *Reconciler) readStatuses(ctx context.Context, w *world, c etcd.Client, asked []*v1alpha2.EtcdMember) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range asked {
+		pod := w.pods[m.Name]
+		probe := pod != nil && pod.DeletionTimestamp == nil && podReady(pod)
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, statusTimeout)
-			defer cancel()
 			st, err := c.Status(sctx, manifest.ClientURL(m))
+			cancel()
+			var herr error
+			if err != nil && probe {
+				hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+				herr = c.Health(hctx, manifest.HealthURL(m))
+				cancel()
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
 				w.etcd.statusErr[m.Name] = err
+				if probe {
+					w.etcd.health[m.Name] = herr
+				}
 				return
 			}
 			w.etcd.status[m.Name] = st

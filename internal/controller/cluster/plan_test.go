@@ -170,6 +170,25 @@ func learner(name string, applied uint64) func(*world) {
 	}
 }
 
+// unpublished: the member runs but has not published itself through raft
+// yet: etcd lists it without a name, its Status call times out, and its
+// /health (asked in the pass) gives herr (nil: healthy).
+func unpublished(name string, herr error) func(*world) {
+	return func(w *world) {
+		delete(w.etcd.status, name)
+		w.etcd.statusErr[name] = fmt.Errorf("context deadline exceeded")
+		if w.etcd.health == nil {
+			w.etcd.health = map[string]error{}
+		}
+		w.etcd.health[name] = herr
+		for i := range w.etcd.list.Members {
+			if w.etcd.list.Members[i].Name == name {
+				w.etcd.list.Members[i].Name = ""
+			}
+		}
+	}
+}
+
 type row struct {
 	name string
 	w    *world
@@ -387,6 +406,38 @@ func TestPlanHardening(t *testing.T) {
 				member(w, "m3").Status.MemberID = ""
 				w.etcd.status["m3"].MemberID = 0x99
 			}), kind: 0, progress: "answers as member 0000000000000099"},
+		{name: "a learner that has not published itself yet is promoted on its /health: etcd's own promotion check decides the rest",
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil), func(w *world) { member(w, "m3").Status.MemberID = "" }),
+			kind: promote, member: "m3",
+			check: func(t *testing.T, p plan) {
+				if p.change.etcdID != w3LearnerID {
+					t.Errorf("promotes %x, etcd lists the learner as %x", p.change.etcdID, w3LearnerID)
+				}
+			}},
+		{name: "a learner that has not published itself and fails its /health is not promoted",
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", etcd.ErrNotHealthy)),
+			kind: 0, progress: "has not published itself"},
+		{name: "a learner that published and then stopped answering is not promoted on its /health",
+			w: healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil), func(w *world) {
+				w.etcd.list.Members[3].Name = "m3"
+			}), kind: 0, progress: "catch up"},
+		{name: "a voter that has not published itself yet and is healthy by its /health lets the next member be created",
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil)), kind: createJoiner},
+		{name: "a voter that has not published itself and fails its /health holds the next member",
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", etcd.ErrNotHealthy)), kind: 0, progress: "ready voter"},
+		{name: "a voter that has not published itself yet is never dialled",
+			w: healthyWorld(3, unpublished("m2", nil)), kind: 0,
+			check: func(t *testing.T, p plan) {
+				w := healthyWorld(3, unpublished("m2", nil))
+				if !w.healthy(member(w, "m2")) {
+					t.Error("m2 does not count as healthy")
+				}
+				for _, m := range healthyVoters(w) {
+					if m.Name == "m2" {
+						t.Error("m2 would be dialled")
+					}
+				}
+			}},
 		{name: "a learner behind the leader waits",
 			w: healthyWorld(3, learner("m3", 100), wantReplicas(4)), kind: 0, progress: "catch up"},
 		{name: "scaling down removes the newest member",

@@ -70,6 +70,11 @@ type etcdView struct {
 	// statusErr why a member did not answer.
 	status    map[string]*etcd.Status
 	statusErr map[string]error
+	// health is the /health answer (nil: healthy) of each member that did
+	// not answer its Status call while its Pod was Ready: a member that
+	// has not published itself through raft yet serves /health but not
+	// its client port.
+	health map[string]error
 	// leader is the leader's own report: the member that reports itself as
 	// leader in the highest term. Nil when no member that answered leads.
 	leader *etcd.Status

@@ -58,6 +58,10 @@ func crashScenarios() []scenario {
 	return []scenario{
 		{name: "bootstrap 3", start: 0, target: 3},
 		{name: "scale 1 to 3", start: 1, target: 3},
+		{name: "scale 1 to 3, each joiner publishing itself 6 s after it started", start: 1, target: 3, disrupt: func(h *harness) {
+			publishLate(h, 6)
+			h.setReplicas("c", 3)
+		}},
 		{name: "scale 3 to 1", start: 3, target: 1},
 		{name: "pause 3 to 0", start: 3, target: 0},
 		{name: "scale 3 to 2, the leader leaving", start: 3, target: 2, disrupt: func(h *harness) {
@@ -235,4 +239,21 @@ func countCalls(t *testing.T, sc scenario) int {
 	h.setReplicasOrCreate(sc)
 	h.run("clean run", h.done(sc))
 	return h.mutations - before
+}
+
+// publishLate makes every member that joins from now on publish itself
+// through raft only after it has run for the given steps, as a learner that
+// caught up from the leader's snapshot does on real nodes: it is promoted,
+// and the next one added, before its client port serves. The client
+// Service is checked at every step.
+func publishLate(h *harness, steps int) {
+	h.etcd.PublishLate, h.checkClientEndpoints = true, true
+	age := map[string]int{}
+	h.afterCluster = func() {
+		for _, peer := range h.etcd.Publishing() {
+			if age[peer]++; age[peer] >= steps {
+				h.etcd.Publish(peer)
+			}
+		}
+	}
 }

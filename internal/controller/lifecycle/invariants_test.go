@@ -78,8 +78,9 @@ func (h *harness) checkRouting() {
 }
 
 // checkClientService: every ready Pod the client Service selects is a voter
-// in etcd that has a leader, so no client is routed to a learner or to a
-// member cut off from its peers.
+// in etcd that has a leader and serves clients, so no client is routed to a
+// learner, to a member cut off from its peers, or to one whose client port
+// does not serve yet.
 func (h *harness) checkClientService(c *v1alpha2.EtcdCluster) {
 	h.t.Helper()
 	svc := &corev1.Service{}
@@ -102,6 +103,9 @@ func (h *harness) checkClientService(c *v1alpha2.EtcdCluster) {
 		}
 		if _, leader := h.etcd.Running(peer); ready && !leader {
 			h.t.Errorf("the client Service of %s routes to %s, which has no leader (cut off from its peers)", c.Name, p.Name)
+		}
+		if ready && slices.Contains(h.etcd.Publishing(), peer) {
+			h.t.Errorf("the client Service of %s routes to %s, which has not published itself and serves no client yet", c.Name, p.Name)
 		}
 	}
 }

@@ -291,3 +291,52 @@ func TestEverydayPathsOnALaggingCache(t *testing.T) {
 		t.Errorf("the recovery carried out plan %s; the consent was to %s", done.Token, plan.Token)
 	}
 }
+
+// A member that joined serves its client port only once it has published
+// itself through raft; etcd retries that only after its request timeout
+// when the learner caught up from the leader's snapshot (seconds on real
+// nodes). The joins go on meanwhile: the learner is promoted on etcd's own
+// check and the next member is added, both on the member's /health, while
+// the client Service routes nothing to it until it answers.
+func TestJoinsGoOnBeforeTheMemberPublishes(t *testing.T) {
+	h := newHarness(t)
+	h.checkClientEndpoints = true
+	h.etcd.PublishLate = true
+	h.createCluster("c", 3)
+	h.run("3 voters, the two that joined not published yet", func() bool {
+		voters := 0
+		for _, m := range h.etcd.Members() {
+			if !m.IsLearner {
+				voters++
+			}
+		}
+		return voters == 3 && len(h.etcd.Publishing()) == 2
+	})
+	for _, m := range h.members("c") {
+		pod := &corev1.Pod{}
+		if err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: m.Name}, pod); err != nil {
+			t.Fatal(err)
+		}
+		if labelled := pod.Labels[manifest.LabelRole] == manifest.RoleVoter; labelled == slices.Contains(h.etcd.Publishing(), manifest.PeerURL(&m)) {
+			t.Errorf("Pod %s: voter label %t, published %t", m.Name, labelled, !labelled)
+		}
+	}
+	if c := h.getCluster("c"); c.Status.ReadyMembers != 1 {
+		t.Errorf("%d ready members, want the one that serves", c.Status.ReadyMembers)
+	}
+	for _, peer := range h.etcd.Publishing() {
+		h.etcd.Publish(peer)
+	}
+	h.run("published", h.converged("c", 3))
+	// The label follows the member's status write, in its next pass.
+	h.steps(2)
+	for _, m := range h.members("c") {
+		pod := &corev1.Pod{}
+		if err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: m.Name}, pod); err != nil {
+			t.Fatal(err)
+		}
+		if pod.Labels[manifest.LabelRole] != manifest.RoleVoter {
+			t.Errorf("Pod %s has no voter label once it serves", m.Name)
+		}
+	}
+}

@@ -25,10 +25,12 @@ const (
 	retrySecrets = 5 * time.Second
 	// retryStatus: etcd did not answer the Status call of a Ready Pod.
 	retryStatus = 2 * time.Second
-	// statusTimeout bounds that call. A member whose ID is not known yet
-	// (a learner that just started) is asked with a shorter bound and again
-	// sooner: the bench's timelines showed a first call to a new learner
-	// taking its whole timeout while the next one was answered at once.
+	// statusTimeout bounds that call. A Pod whose etcd has not answered
+	// yet (a member that just started: etcd serves clients only once it
+	// has published itself through raft) is asked with a shorter bound and
+	// again sooner: the bench's timelines showed a first call to a new
+	// learner taking its whole timeout while the next one was answered at
+	// once.
 	statusTimeout, discoverTimeout, retryDiscover = 5 * time.Second, 2 * time.Second, time.Second
 	// nodeLostAfter: how long a member's node may be NotReady, or its Pod stuck
 	// terminating, before the member counts as lost and gets replaced.
@@ -100,8 +102,8 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 			reason, msg = conditions.ReasonAuthCredentialsRejected, "etcd refuses the root credentials the operator has: "+err.Error()
 		}
 		set(s, conditions.Ready, false, reason, msg)
-		if s.member.Status.MemberID == "" && reason == conditions.ReasonDiscoveringMemberID {
-			// A new member that does not answer yet; one that refuses
+		if s.member.Status.Version == "" && reason == conditions.ReasonDiscoveringMemberID {
+			// A Pod whose etcd has not answered yet; one that refuses
 			// the credentials is asked at the usual pace.
 			return ctrl.Result{RequeueAfter: retryDiscover}, nil
 		}
@@ -125,7 +127,7 @@ func (r *Reconciler) readStatus(ctx context.Context, s *state) error {
 	}
 	defer func() { _ = c.Close() }()
 	timeout := statusTimeout
-	if m.Status.MemberID == "" {
+	if m.Status.Version == "" {
 		timeout = discoverTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)

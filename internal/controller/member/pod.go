@@ -212,7 +212,8 @@ func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (h
 }
 
 // syncPod keeps what the operator changes on a running Pod: the voter label
-// the client Service and the PodDisruptionBudget select on, the initial
+// the client Service and the PodDisruptionBudget select on (a voter whose
+// etcd has answered since its Pod started), the initial
 // cluster state the next container start reads ("existing" never goes back
 // to "new"), and the member ID the data guard checks against.
 func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
@@ -223,7 +224,11 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	}
 	// The operator finds its Pods by these labels: put back any edited away.
 	maps.Copy(labels, manifest.MemberLabels(m.Spec.ClusterName, m.Name))
-	if m.Status.IsVoter && m.DeletionTimestamp == nil {
+	if m.Status.IsVoter && m.DeletionTimestamp == nil && m.Status.Version != "" {
+		// Only once this Pod's etcd has answered (Version is cleared when
+		// the Pod changes): a member promoted before it published itself
+		// through raft has a Ready Pod while its client port serves
+		// nothing yet, and clients must not be sent there.
 		labels[manifest.LabelRole] = manifest.RoleVoter
 	} else {
 		delete(labels, manifest.LabelRole)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
@@ -221,6 +222,9 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
 	m := f.c.byClient(endpoint)
+	if m == nil && f.c.unpublishedAt(endpoint) != nil {
+		return nil, fmt.Errorf("fake: %s serves no client before it has published itself: %w", endpoint, context.DeadlineExceeded)
+	}
 	if m == nil {
 		return nil, fmt.Errorf("fake: dial %s: connection refused", endpoint)
 	}
@@ -245,6 +249,36 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 		st.RaftAppliedIndex = f.c.commit / 10
 	}
 	return st, nil
+}
+
+// Health answers as etcd's /health on the metrics listener of the member
+// whose host the URL names: healthy while it runs, knows a leader and has
+// applied what the leader committed (a linearizable read waits for that).
+// It answers before the member has published itself.
+func (f *client) Health(_ context.Context, rawURL string) error {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	var m *member
+	for _, x := range f.c.members {
+		for _, p := range x.PeerURLs {
+			if pu, err := url.Parse(p); err == nil && pu.Hostname() == u.Hostname() {
+				m = x
+			}
+		}
+	}
+	switch {
+	case m == nil || !m.running:
+		return fmt.Errorf("fake: dial %s: connection refused", rawURL)
+	case f.c.leaderSeenBy(m) == 0:
+		return fmt.Errorf("%w: %s: no leader", etcd.ErrNotHealthy, rawURL)
+	case !m.caughtUp:
+		return fmt.Errorf("%w: %s: the linearizable read timed out", etcd.ErrNotHealthy, rawURL)
+	}
+	return nil
 }
 
 func (f *client) ClusterVersion(_ context.Context, endpoint string) (string, error) {

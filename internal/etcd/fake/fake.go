@@ -68,6 +68,13 @@ type Cluster struct {
 	// Unhealthy makes membership changes fail with etcd.ErrUnhealthy
 	// whatever the connections, for tests that hold etcd back.
 	Unhealthy bool
+	// PublishLate: a new member started while it is set runs and is
+	// connected, but has not published itself through raft (as a learner
+	// that caught up from the leader's snapshot, until etcd retries after
+	// its request timeout): etcd lists it without a name or client URLs,
+	// its client port answers nothing (requests time out), its /health
+	// answers. Publish ends it.
+	PublishLate bool
 	// AuthOn is whether auth is enabled; RootPassword the root password.
 	AuthOn       bool
 	RootPassword string
@@ -86,6 +93,9 @@ type member struct {
 	isolated bool
 	// started: the member published its name once (etcd's "started").
 	started bool
+	// unpublished is the name and client URL of a member that runs but
+	// has not published itself yet (PublishLate).
+	unpublished []string
 	// connectedAt is when its links to the peers came up; zero while down.
 	connectedAt time.Time
 	// caughtUp: its applied index follows the leader's.
@@ -202,7 +212,11 @@ func (c *Cluster) StartVersion(peerURL, name, clientURL, version string) error {
 	if minor(version) >= 7 && m.logFrom > 0 && m.logFrom <= 5 {
 		return fmt.Errorf("fake: panic: unmarshal should never fail (%s cannot replay the 3.%d raft log entries after its last snapshot)", version, m.logFrom)
 	}
-	m.Name, m.ClientURLs, m.running, m.started, m.version = name, []string{clientURL}, true, true, version
+	fresh := !m.started
+	m.Name, m.ClientURLs, m.running, m.started, m.version, m.unpublished = name, []string{clientURL}, true, true, version, nil
+	if c.PublishLate && fresh && m.IsLearner {
+		m.Name, m.ClientURLs, m.started, m.unpublished = "", nil, false, []string{name, clientURL}
+	}
 	if !m.isolated {
 		m.connectedAt = c.clock.Now()
 	}
@@ -385,6 +399,36 @@ func (c *Cluster) Stop(peerURL string) {
 	}
 }
 
+// Publish ends a member's PublishLate state: it publishes its name and
+// client URL through raft and serves its clients.
+func (c *Cluster) Publish(peerURL string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.byPeer(peerURL)
+	if m == nil || m.unpublished == nil || !m.running {
+		return
+	}
+	m.Name, m.ClientURLs, m.started = m.unpublished[0], []string{m.unpublished[1]}, true
+	m.unpublished = nil
+	c.commit++
+	c.decideClusterVersion()
+}
+
+// Publishing lists the peer URLs of the members that run and have not
+// published themselves yet.
+func (c *Cluster) Publishing() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, m := range c.members {
+		if m.unpublished != nil && m.running {
+			out = append(out, m.PeerURLs[0])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Isolate cuts a running member off from its peers (isolated true) or
 // reconnects it. An isolated member still answers its clients, but nothing
 // it serves can reach a quorum.
@@ -526,6 +570,17 @@ func (c *Cluster) byPeer(url string) *member {
 func (c *Cluster) byClient(url string) *member {
 	for _, m := range c.members {
 		if m.running && slices.Contains(m.ClientURLs, url) {
+			return m
+		}
+	}
+	return nil
+}
+
+// unpublishedAt is the running member that will serve at this client URL
+// once it has published itself.
+func (c *Cluster) unpublishedAt(url string) *member {
+	for _, m := range c.members {
+		if m.running && m.unpublished != nil && m.unpublished[1] == url {
 			return m
 		}
 	}
