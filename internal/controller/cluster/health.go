@@ -25,15 +25,20 @@ import (
 //     /health, which needs a leader and a linearizable read);
 //   - the member is not Lost and not dormant.
 //
-// One exception to the first rule: a member etcd lists without a name has
-// not published itself through raft yet, and etcd serves its client port
-// only after that (seconds after the member joined, when it caught up from
-// the leader's snapshot). Such a member counts as healthy when its /health,
-// asked in the same pass, says it knows a leader and a linearizable read
-// through it succeeded: etcd's own proof that it follows the leader in its
-// term and has applied what the leader committed. It is never dialled
-// (healthyVoters), and it joins the client Service only once it answers
-// (the member controller's voter label).
+// One exception to the first rule: etcd serves a member's client port only
+// once the member knows it has published itself through raft. A learner
+// that caught up from the leader's snapshot often misses its first publish
+// (the snapshot carries it, so the member never sees its own request
+// applied) and retries only after its request timeout, about 7 s, while the
+// leader may already list it by name. A member whose etcd has not answered
+// a status call since its Pod started (its EtcdMember records no version)
+// counts as healthy when its /health, asked in the same pass, says it
+// knows a leader and a linearizable read through it succeeded: etcd's own
+// proof that it follows the leader in its term and has applied what the
+// leader committed. It is never dialled (healthyVoters), it is not in
+// readyMembers, and it joins the client Service only once it answers (the
+// member controller's voter label). A member that answered once and then
+// stopped answering gets no such exception.
 //
 // The member controller's Ready condition is never consulted for this: it
 // is cached, and as old as that controller's last pass.
@@ -71,7 +76,7 @@ func (w *world) podProblem(m *v1alpha2.EtcdMember) string {
 // etcdHealth judges the member by what etcd reported in this pass.
 func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
 	if st := w.etcd.status[m.Name]; st == nil && w.etcd.statusErr[m.Name] != nil {
-		if ok, why := w.publishing(m); ok {
+		if ok, why := w.starting(m); ok {
 			return true, ""
 		} else if why != "" {
 			return false, why
@@ -81,21 +86,20 @@ func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
 	return etcdhealth.Judge(w.etcd.status[m.Name], w.etcd.leader)
 }
 
-// publishing reports whether a member that did not answer its Status call
-// is one that has not published itself yet and is healthy by its /health
-// in this pass (see the top of this file). When it has not published and
-// is not healthy, why says so; a member that published long ago and does
-// not answer gets neither.
-func (w *world) publishing(m *v1alpha2.EtcdMember) (bool, string) {
-	em := w.etcdMemberOf(m)
+// starting reports whether a member that did not answer its Status call
+// is one whose etcd has not served clients since its Pod started and is
+// healthy by its /health in this pass (see the top of this file). When it
+// has not served yet and is not healthy, why says so; a member that served
+// before gets neither.
+func (w *world) starting(m *v1alpha2.EtcdMember) (bool, string) {
 	herr, asked := w.etcd.health[m.Name]
 	switch {
-	case em == nil || em.Name != "" || !asked:
+	case !asked || m.Status.Version != "" || w.etcdMemberOf(m) == nil:
 		return false, ""
 	case herr != nil:
-		return false, "it has not published itself to etcd yet, and its /health fails: " + herr.Error()
+		return false, "its etcd does not serve clients yet (it has not published itself), and its /health fails: " + herr.Error()
 	case w.etcd.leader == nil:
-		return false, "it has not published itself to etcd yet, and no member that answers leads"
+		return false, "its etcd does not serve clients yet (it has not published itself), and no member that answers leads"
 	}
 	return true, ""
 }
@@ -114,7 +118,7 @@ func (w *world) caughtUp(m *v1alpha2.EtcdMember) (bool, string) {
 		return false, why
 	}
 	st, lead := w.etcd.status[m.Name], w.etcd.leader
-	if ok, why := w.publishing(m); st == nil && ok {
+	if ok, why := w.starting(m); st == nil && ok {
 		// Its /health is fresh proof that it follows the leader; whether
 		// its log is close enough is etcd's own promotion check, which
 		// refuses a learner that is not (etcd.ErrLearnerNotReady: a wait).
@@ -164,7 +168,7 @@ func (w *world) voters() []quorum.Voter {
 }
 
 // healthyVoters counts the running voters healthy now that serve clients
-// (one that has not published itself yet does not).
+// (one still starting does not).
 func (w *world) healthyVoters() int {
 	n := 0
 	for _, m := range w.running() {

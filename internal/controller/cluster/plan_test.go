@@ -170,19 +170,23 @@ func learner(name string, applied uint64) func(*world) {
 	}
 }
 
-// unpublished: the member runs but has not published itself through raft
-// yet: etcd lists it without a name, its Status call times out, and its
-// /health (asked in the pass) gives herr (nil: healthy).
-func unpublished(name string, herr error) func(*world) {
+// unpublished: the member runs but its etcd has not published itself
+// through raft yet, so it has never answered a status call since its Pod
+// started (its member records no version): the call times out, and its
+// /health (asked in the pass) gives herr (nil: healthy). etcd's leader may
+// list it by name already (the publish was committed and reached the
+// member only in the leader's snapshot) or not yet (listed says which).
+func unpublished(name string, herr error, listed bool) func(*world) {
 	return func(w *world) {
 		delete(w.etcd.status, name)
+		member(w, name).Status.Version = ""
 		w.etcd.statusErr[name] = fmt.Errorf("context deadline exceeded")
 		if w.etcd.health == nil {
 			w.etcd.health = map[string]error{}
 		}
 		w.etcd.health[name] = herr
 		for i := range w.etcd.list.Members {
-			if w.etcd.list.Members[i].Name == name {
+			if w.etcd.list.Members[i].Name == name && !listed {
 				w.etcd.list.Members[i].Name = ""
 			}
 		}
@@ -407,28 +411,34 @@ func TestPlanHardening(t *testing.T) {
 				w.etcd.status["m3"].MemberID = 0x99
 			}), kind: 0, progress: "answers as member 0000000000000099"},
 		{name: "a learner that has not published itself yet is promoted on its /health: etcd's own promotion check decides the rest",
-			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil), func(w *world) { member(w, "m3").Status.MemberID = "" }),
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, false), func(w *world) { member(w, "m3").Status.MemberID = "" }),
 			kind: promote, member: "m3",
 			check: func(t *testing.T, p plan) {
 				if p.change.etcdID != w3LearnerID {
 					t.Errorf("promotes %x, etcd lists the learner as %x", p.change.etcdID, w3LearnerID)
 				}
 			}},
+		{name: "so is one the leader lists by name already (its publish reached it only in the leader's snapshot)",
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, true)),
+			kind: promote, member: "m3"},
 		{name: "a learner that has not published itself and fails its /health is not promoted",
-			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", etcd.ErrNotHealthy)),
-			kind: 0, progress: "has not published itself"},
-		{name: "a learner that published and then stopped answering is not promoted on its /health",
-			w: healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil), func(w *world) {
-				w.etcd.list.Members[3].Name = "m3"
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", etcd.ErrNotHealthy, true)),
+			kind: 0, progress: "does not serve clients yet"},
+		{name: "a learner that served once and then stopped answering is not promoted on its /health",
+			w: healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, true), func(w *world) {
+				member(w, "m3").Status.Version = "3.6.16"
 			}), kind: 0, progress: "catch up"},
 		{name: "a voter that has not published itself yet and is healthy by its /health lets the next member be created",
-			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil)), kind: createJoiner},
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true)), kind: createJoiner},
 		{name: "a voter that has not published itself and fails its /health holds the next member",
-			w: healthyWorld(3, wantReplicas(4), unpublished("m2", etcd.ErrNotHealthy)), kind: 0, progress: "ready voter"},
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", etcd.ErrNotHealthy, false)), kind: 0, progress: "ready voter"},
+		{name: "a voter that served once and then stopped answering holds the next member, whatever its /health",
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true), func(w *world) { member(w, "m2").Status.Version = "3.6.16" }),
+			kind: 0, progress: "ready voter"},
 		{name: "a voter that has not published itself yet is never dialled",
-			w: healthyWorld(3, unpublished("m2", nil)), kind: 0,
+			w: healthyWorld(3, unpublished("m2", nil, true)), kind: 0,
 			check: func(t *testing.T, p plan) {
-				w := healthyWorld(3, unpublished("m2", nil))
+				w := healthyWorld(3, unpublished("m2", nil, true))
 				if !w.healthy(member(w, "m2")) {
 					t.Error("m2 does not count as healthy")
 				}

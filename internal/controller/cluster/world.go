@@ -71,9 +71,9 @@ type etcdView struct {
 	status    map[string]*etcd.Status
 	statusErr map[string]error
 	// health is the /health answer (nil: healthy) of each member that did
-	// not answer its Status call while its Pod was Ready: a member that
-	// has not published itself through raft yet serves /health but not
-	// its client port.
+	// not answer its Status call while its Pod was Ready: a member whose
+	// etcd has not published itself through raft yet serves /health but
+	// not its client port.
 	health map[string]error
 	// leader is the leader's own report: the member that reports itself as
 	// leader in the highest term. Nil when no member that answered leads.

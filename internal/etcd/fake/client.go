@@ -222,8 +222,8 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
 	m := f.c.byClient(endpoint)
-	if m == nil && f.c.unpublishedAt(endpoint) != nil {
-		return nil, fmt.Errorf("fake: %s serves no client before it has published itself: %w", endpoint, context.DeadlineExceeded)
+	if m == nil && f.c.silentAt(endpoint) != nil {
+		return nil, fmt.Errorf("fake: %s serves no client before it knows it has published itself: %w", endpoint, context.DeadlineExceeded)
 	}
 	if m == nil {
 		return nil, fmt.Errorf("fake: dial %s: connection refused", endpoint)

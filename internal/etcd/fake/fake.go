@@ -68,12 +68,12 @@ type Cluster struct {
 	// Unhealthy makes membership changes fail with etcd.ErrUnhealthy
 	// whatever the connections, for tests that hold etcd back.
 	Unhealthy bool
-	// PublishLate: a new member started while it is set runs and is
-	// connected, but has not published itself through raft (as a learner
-	// that caught up from the leader's snapshot, until etcd retries after
-	// its request timeout): etcd lists it without a name or client URLs,
-	// its client port answers nothing (requests time out), its /health
-	// answers. Publish ends it.
+	// PublishLate: a new learner started while it is set runs and is
+	// connected, but does not know it has published itself through raft
+	// (as a learner that caught up from the leader's snapshot, which
+	// carried its publish, until etcd retries after its request timeout):
+	// the leader lists it by name, its client port answers nothing
+	// (requests time out), its /health answers. Publish ends it.
 	PublishLate bool
 	// AuthOn is whether auth is enabled; RootPassword the root password.
 	AuthOn       bool
@@ -93,9 +93,9 @@ type member struct {
 	isolated bool
 	// started: the member published its name once (etcd's "started").
 	started bool
-	// unpublished is the name and client URL of a member that runs but
-	// has not published itself yet (PublishLate).
-	unpublished []string
+	// silent: it runs, but its client port does not serve yet
+	// (PublishLate).
+	silent bool
 	// connectedAt is when its links to the peers came up; zero while down.
 	connectedAt time.Time
 	// caughtUp: its applied index follows the leader's.
@@ -213,10 +213,8 @@ func (c *Cluster) StartVersion(peerURL, name, clientURL, version string) error {
 		return fmt.Errorf("fake: panic: unmarshal should never fail (%s cannot replay the 3.%d raft log entries after its last snapshot)", version, m.logFrom)
 	}
 	fresh := !m.started
-	m.Name, m.ClientURLs, m.running, m.started, m.version, m.unpublished = name, []string{clientURL}, true, true, version, nil
-	if c.PublishLate && fresh && m.IsLearner {
-		m.Name, m.ClientURLs, m.started, m.unpublished = "", nil, false, []string{name, clientURL}
-	}
+	m.Name, m.ClientURLs, m.running, m.started, m.version = name, []string{clientURL}, true, true, version
+	m.silent = c.PublishLate && fresh && m.IsLearner
 	if !m.isolated {
 		m.connectedAt = c.clock.Now()
 	}
@@ -399,29 +397,24 @@ func (c *Cluster) Stop(peerURL string) {
 	}
 }
 
-// Publish ends a member's PublishLate state: it publishes its name and
-// client URL through raft and serves its clients.
+// Publish ends a member's PublishLate state: it learns it has published
+// itself and serves its clients.
 func (c *Cluster) Publish(peerURL string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := c.byPeer(peerURL)
-	if m == nil || m.unpublished == nil || !m.running {
-		return
+	if m := c.byPeer(peerURL); m != nil {
+		m.silent = false
 	}
-	m.Name, m.ClientURLs, m.started = m.unpublished[0], []string{m.unpublished[1]}, true
-	m.unpublished = nil
-	c.commit++
-	c.decideClusterVersion()
 }
 
-// Publishing lists the peer URLs of the members that run and have not
-// published themselves yet.
+// Publishing lists the peer URLs of the members that run and do not serve
+// their clients yet (PublishLate).
 func (c *Cluster) Publishing() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
 	for _, m := range c.members {
-		if m.unpublished != nil && m.running {
+		if m.silent && m.running {
 			out = append(out, m.PeerURLs[0])
 		}
 	}
@@ -569,18 +562,18 @@ func (c *Cluster) byPeer(url string) *member {
 
 func (c *Cluster) byClient(url string) *member {
 	for _, m := range c.members {
-		if m.running && slices.Contains(m.ClientURLs, url) {
+		if m.running && !m.silent && slices.Contains(m.ClientURLs, url) {
 			return m
 		}
 	}
 	return nil
 }
 
-// unpublishedAt is the running member that will serve at this client URL
-// once it has published itself.
-func (c *Cluster) unpublishedAt(url string) *member {
+// silentAt is the running member at this client URL that does not serve
+// its clients yet.
+func (c *Cluster) silentAt(url string) *member {
 	for _, m := range c.members {
-		if m.running && m.unpublished != nil && m.unpublished[1] == url {
+		if m.running && m.silent && slices.Contains(m.ClientURLs, url) {
 			return m
 		}
 	}
