@@ -79,7 +79,10 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 	case removeStray:
 		return r.removeStray(ctx, w, c)
 	case deleteMember:
-		return outcome{err: r.deleteMember(ctx, w, c.member, c.reason, c.message)}
+		if err := r.deleteMember(ctx, w, c.member, c.reason, c.message); err != nil || !c.thenRemove {
+			return outcome{err: err}
+		}
+		return r.removeFromEtcd(ctx, w, c)
 	case setDormant, wake:
 		return outcome{err: r.setDormant(ctx, w, c.member, c.kind == setDormant)}
 	case restart:
@@ -302,12 +305,27 @@ func (r *Reconciler) removeFromEtcd(ctx context.Context, w *world, c *change) ou
 	r.event(w.cluster, false, "MemberRemoved", "RemoveMember", "Removed member %s (%s) from etcd", m.Name, etcd.FormatID(c.etcdID))
 	r.event(m, false, "MemberRemoved", "RemoveMember", "Removed from etcd")
 	logf(ctx, w)("Removed member from etcd", "member", m.Name, "memberID", etcd.FormatID(c.etcdID))
+	r.stopPod(ctx, w, m)
 	if err := r.release(ctx, w, m, ""); err != nil {
 		return outcome{err: err}
 	}
 	// etcd changed under no watch; etcd also wants its voters connected
 	// for a while before the next change.
 	return outcome{requeue: etcdRetry}
+}
+
+// stopPod deletes the Pod of a member etcd no longer lists, at once: the
+// garbage collector would delete it only after the EtcdMember is gone, a
+// second or more later on a busy control plane, and scaling down is done
+// when the Pods are. Best effort: the garbage collector still follows.
+func (r *Reconciler) stopPod(ctx context.Context, w *world, m *v1alpha2.EtcdMember) {
+	pod := w.pods[m.Name]
+	if pod == nil || pod.DeletionTimestamp != nil {
+		return
+	}
+	if err := r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); client.IgnoreNotFound(err) != nil {
+		logf(ctx, w)("Could not delete the Pod of a removed member; the garbage collector will", "member", m.Name, "error", err.Error())
+	}
 }
 
 // others are the members to send a change about m through.

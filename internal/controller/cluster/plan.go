@@ -92,6 +92,11 @@ type change struct {
 	// reason and message describe the change in its Event (and, for a
 	// deletion, why the member goes).
 	reason, message string
+	// thenRemove: a deletion to scale down goes on, in the same pass,
+	// with the member's removal from etcd (etcdID, handOver). The deletion
+	// is recorded first: were the operator to stop between the two, the
+	// next pass finds a leaving member and removes it (removeLeaving).
+	thenRemove bool
 }
 
 // plan is what the planner decided.

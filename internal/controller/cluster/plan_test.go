@@ -410,48 +410,22 @@ func TestPlanHardening(t *testing.T) {
 				member(w, "m3").Status.MemberID = ""
 				w.etcd.status["m3"].MemberID = 0x99
 			}), kind: 0, progress: "answers as member 0000000000000099"},
-		{name: "a learner that has not published itself yet is promoted on its /health: etcd's own promotion check decides the rest",
-			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, false), func(w *world) { member(w, "m3").Status.MemberID = "" }),
-			kind: promote, member: "m3",
-			check: func(t *testing.T, p plan) {
-				if p.change.etcdID != w3LearnerID {
-					t.Errorf("promotes %x, etcd lists the learner as %x", p.change.etcdID, w3LearnerID)
-				}
-			}},
-		{name: "so is one the leader lists by name already (its publish reached it only in the leader's snapshot)",
-			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, true)),
-			kind: promote, member: "m3"},
-		{name: "a learner that has not published itself and fails its /health is not promoted",
-			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", etcd.ErrNotHealthy, true)),
-			kind: 0, progress: "does not serve clients yet"},
-		{name: "a learner that served once and then stopped answering is not promoted on its /health",
-			w: healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, true), func(w *world) {
-				member(w, "m3").Status.Version = "3.6.16"
-			}), kind: 0, progress: "catch up"},
-		{name: "a voter that has not published itself yet and is healthy by its /health lets the next member be created",
-			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true)), kind: createJoiner},
-		{name: "a voter that has not published itself and fails its /health holds the next member",
-			w: healthyWorld(3, wantReplicas(4), unpublished("m2", etcd.ErrNotHealthy, false)), kind: 0, progress: "ready voter"},
-		{name: "a voter that served once and then stopped answering holds the next member, whatever its /health",
-			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true), func(w *world) { member(w, "m2").Status.Version = "3.6.16" }),
-			kind: 0, progress: "ready voter"},
-		{name: "a voter that has not published itself yet is never dialled",
-			w: healthyWorld(3, unpublished("m2", nil, true)), kind: 0,
-			check: func(t *testing.T, p plan) {
-				w := healthyWorld(3, unpublished("m2", nil, true))
-				if !w.healthy(member(w, "m2")) {
-					t.Error("m2 does not count as healthy")
-				}
-				for _, m := range healthyVoters(w) {
-					if m.Name == "m2" {
-						t.Error("m2 would be dialled")
-					}
-				}
-			}},
 		{name: "a learner behind the leader waits",
 			w: healthyWorld(3, learner("m3", 100), wantReplicas(4)), kind: 0, progress: "catch up"},
-		{name: "scaling down removes the newest member",
-			w: healthyWorld(3, wantReplicas(2)), kind: deleteMember, member: "m2"},
+		{name: "scaling down removes the newest member, from etcd in the same pass",
+			w: healthyWorld(3, wantReplicas(2)), kind: deleteMember, member: "m2",
+			check: func(t *testing.T, p plan) {
+				if !p.change.thenRemove || p.change.etcdID != 0x12 || p.change.handOver != nil {
+					t.Errorf("removal from etcd %t of %x, hand-over %v", p.change.thenRemove, p.change.etcdID, p.change.handOver)
+				}
+			}},
+		{name: "scaling down the leader hands its leadership to a voter that serves",
+			w: healthyWorld(3, wantReplicas(2), leaderIs("m2"), unpublished("m0", nil, true)), kind: deleteMember, member: "m2",
+			check: func(t *testing.T, p plan) {
+				if !p.change.thenRemove || nameOf(p.change.handOver) != "m1" {
+					t.Errorf("removal from etcd %t, hand-over to %s", p.change.thenRemove, nameOf(p.change.handOver))
+				}
+			}},
 		{name: "scaling down removes an unhealthy member first",
 			w: healthyWorld(3, wantReplicas(2), cutOff("m0"), leaderIs("m1")), kind: deleteMember, member: "m0"},
 		{name: "pausing makes the last member dormant",
@@ -507,4 +481,50 @@ func TestHealth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A member that joined serves clients only once it knows it has published
+// itself through raft: seconds after it runs when it caught up from the
+// leader's snapshot. The joins go on meanwhile, on its /health.
+func TestPlanJoinsBeforeTheMemberServes(t *testing.T) {
+	runRows(t, []row{
+		{name: "a learner that has not published itself yet is promoted on its /health: etcd's own promotion check decides the rest",
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, false), func(w *world) { member(w, "m3").Status.MemberID = "" }),
+			kind: promote, member: "m3",
+			check: func(t *testing.T, p plan) {
+				if p.change.etcdID != w3LearnerID {
+					t.Errorf("promotes %x, etcd lists the learner as %x", p.change.etcdID, w3LearnerID)
+				}
+			}},
+		{name: "so is one the leader lists by name already (its publish reached it only in the leader's snapshot)",
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, true)),
+			kind: promote, member: "m3"},
+		{name: "a learner that has not published itself and fails its /health is not promoted",
+			w:    healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", etcd.ErrNotHealthy, true)),
+			kind: 0, progress: "does not serve clients yet"},
+		{name: "a learner that served once and then stopped answering is not promoted on its /health",
+			w: healthyWorld(3, learner("m3", 990), wantReplicas(4), unpublished("m3", nil, true), func(w *world) {
+				member(w, "m3").Status.Version = "3.6.16"
+			}), kind: 0, progress: "catch up"},
+		{name: "a voter that has not published itself yet and is healthy by its /health lets the next member be created",
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true)), kind: createJoiner},
+		{name: "a voter that has not published itself and fails its /health holds the next member",
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", etcd.ErrNotHealthy, false)), kind: 0, progress: "ready voter"},
+		{name: "a voter that served once and then stopped answering holds the next member, whatever its /health",
+			w:    healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true), func(w *world) { member(w, "m2").Status.Version = "3.6.16" }),
+			kind: 0, progress: "ready voter"},
+		{name: "a voter that has not published itself yet is never dialled",
+			w: healthyWorld(3, unpublished("m2", nil, true)), kind: 0,
+			check: func(t *testing.T, p plan) {
+				w := healthyWorld(3, unpublished("m2", nil, true))
+				if !w.healthy(member(w, "m2")) {
+					t.Error("m2 does not count as healthy")
+				}
+				for _, m := range healthyVoters(w) {
+					if m.Name == "m2" {
+						t.Error("m2 would be dialled")
+					}
+				}
+			}},
+	})
 }

@@ -92,7 +92,7 @@ func transferee(w *world, leaving *v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
 	ms := newest(w.running())
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
-		if m != leaving && w.healthy(m) && w.isVoter(m) {
+		if m != leaving && w.healthy(m) && w.isVoter(m) && w.etcd.status[m.Name] != nil {
 			return m
 		}
 	}

@@ -106,8 +106,17 @@ func (pl *planner) shrink() bool {
 		}
 	}
 	pl.working(conditions.ReasonScalingDown, "Removing member %s", victim.Name)
-	return pl.act(&change{kind: deleteMember, member: victim, reason: "MemberRemoved",
-		message: fmt.Sprintf("Removing member %s to scale down", victim.Name)})
+	c := &change{kind: deleteMember, member: victim, reason: "MemberRemoved",
+		message: fmt.Sprintf("Removing member %s to scale down", victim.Name)}
+	if em := w.etcdMemberOf(victim); em != nil && w.etcd.list != nil {
+		// Out of etcd in the same pass, on the same fresh view the
+		// quorum check above read.
+		c.thenRemove, c.etcdID = true, em.ID
+		if !em.IsLearner && w.leaderMember() == victim {
+			c.handOver = transferee(w, victim)
+		}
+	}
+	return pl.act(c)
 }
 
 // chooseVictim picks the member to remove: one etcd does not count yet

@@ -340,3 +340,42 @@ func TestJoinsGoOnBeforeTheMemberPublishes(t *testing.T) {
 		}
 	}
 }
+
+// A member removed from etcd has its Pod deleted in the same pass, not
+// only once the garbage collector has seen its EtcdMember go: scaling down
+// is done when the Pods are.
+func TestRemovedMemberPodGoesAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	pods := map[string]string{}
+	for _, m := range h.members("c") {
+		pods[manifest.PeerURL(&m)] = m.Name
+	}
+	checked := 0
+	h.afterCluster = func() {
+		// The cluster controller has just run; the garbage collector has
+		// not yet.
+		listed := map[string]bool{}
+		for _, em := range h.etcd.Members() {
+			listed[em.PeerURLs[0]] = true
+		}
+		for peer, name := range pods {
+			if listed[peer] {
+				continue
+			}
+			pod := &corev1.Pod{}
+			err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pod)
+			if err == nil && pod.DeletionTimestamp == nil {
+				t.Errorf("member %s left etcd, its Pod still runs", name)
+			}
+			delete(pods, peer)
+			checked++
+		}
+	}
+	h.setReplicas("c", 2)
+	h.run("2", h.converged("c", 2))
+	if checked != 1 {
+		t.Errorf("%d members left etcd, want 1", checked)
+	}
+}
