@@ -473,6 +473,8 @@ func steadyState(t *testing.T, ns string, n int) []result {
 	uncached := (after.operatorReads - before.operatorReads) / window.Seconds()
 	reads := (after.clientGets - before.clientGets) / window.Seconds()
 	rss := after.rss / (1 << 20)
+	cpu := (after.cpu - before.cpu) / window.Seconds()
+	reconciles := (after.reconciles - before.reconciles) / window.Seconds()
 	label := fmt.Sprintf("steady state, %d three-member clusters", n)
 	zero := 0.001 // "0 writes/s": no write in the window
 	out := []result{
@@ -481,6 +483,8 @@ func steadyState(t *testing.T, ns string, n int) []result {
 		row(label+": API reads past the cache by the controllers", uncached, "req/s", "(part of the next row)", 0),
 		row(label+": API reads, all (the client's GET counter)", reads, "req/s", "< 1 per 30 clusters", float64(n)/30),
 		row(label+": operator RSS", rss, "MiB", "< 150", 150),
+		row(label+": operator CPU (average over the window)", cpu*1000, "millicores", "(reported)", 0),
+		row(label+": reconciles, every controller", reconciles, "per s", "(reported)", 0),
 	}
 	if n != 30 {
 		// Linear in the clusters (an upper bound: some reads are the
@@ -517,7 +521,7 @@ func countLeaseRenewals(t *testing.T) func() int {
 	}
 }
 
-type sample struct{ operatorWrites, operatorReads, clientGets, rss float64 }
+type sample struct{ operatorWrites, operatorReads, clientGets, rss, cpu, reconciles float64 }
 
 // operatorMetrics scrapes the main operator's secure metrics endpoint at its
 // Pod IP, as a scraper bound to the chart's metrics-reader role.
@@ -538,6 +542,10 @@ func operatorMetrics(t *testing.T) sample {
 			s.clientGets += v
 		case name == "process_resident_memory_bytes":
 			s.rss = v
+		case name == "process_cpu_seconds_total":
+			s.cpu = v
+		case strings.HasPrefix(name, "controller_runtime_reconcile_total{"):
+			s.reconciles += v
 		}
 	})
 	return s
