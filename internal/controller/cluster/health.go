@@ -2,11 +2,13 @@ package cluster
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcdhealth"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
@@ -38,7 +40,9 @@ import (
 // leader committed. It is never dialled (healthyVoters), it is not in
 // readyMembers, and it joins the client Service only once it answers (the
 // member controller's voter label). A member that answered once and then
-// stopped answering gets no such exception.
+// stopped answering gets no such exception, nor does one whose etcd has run
+// for longer than startingGrace without answering (its client port or its
+// certificates are broken, not late).
 //
 // The member controller's Ready condition is never consulted for this: it
 // is cached, and as old as that controller's last pass.
@@ -93,15 +97,38 @@ func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
 // before gets neither.
 func (w *world) starting(m *v1alpha2.EtcdMember) (bool, string) {
 	herr, asked := w.etcd.health[m.Name]
+	started := etcdStartedAt(w.pods[m.Name])
 	switch {
-	case !asked || m.Status.Version != "" || w.etcdMemberOf(m) == nil:
+	case !asked || m.Status.Version != "" || w.etcdMemberOf(m) == nil || started.IsZero():
 		return false, ""
+	case w.now.Sub(started) > startingGrace:
+		return false, fmt.Sprintf("its etcd has not served clients in the %s since it started", w.now.Sub(started).Truncate(time.Second))
 	case herr != nil:
 		return false, "its etcd does not serve clients yet (it has not published itself), and its /health fails: " + herr.Error()
 	case w.etcd.leader == nil:
 		return false, "its etcd does not serve clients yet (it has not published itself), and no member that answers leads"
 	}
 	return true, ""
+}
+
+// startingGrace is how long after its start a member that does not serve
+// clients yet may count as healthy on its /health: several of etcd's publish
+// retries (each after its request timeout, 7 s with the default election
+// timeout).
+const startingGrace = 30 * time.Second
+
+// etcdStartedAt is when the Pod's etcd container last started (zero when it
+// does not run).
+func etcdStartedAt(pod *corev1.Pod) time.Time {
+	if pod == nil {
+		return time.Time{}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == manifest.EtcdContainer && cs.State.Running != nil {
+			return cs.State.Running.StartedAt.Time
+		}
+	}
+	return time.Time{}
 }
 
 // healthy reports whether the member counts towards quorum now.

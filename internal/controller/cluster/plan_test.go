@@ -178,6 +178,8 @@ func learner(name string, applied uint64) func(*world) {
 // member only in the leader's snapshot) or not yet (listed says which).
 func unpublished(name string, herr error, listed bool) func(*world) {
 	return func(w *world) {
+		w.pods[name].Status.ContainerStatuses = []corev1.ContainerStatus{{Name: manifest.EtcdContainer,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(w.now.Add(-5 * time.Second))}}}}
 		delete(w.etcd.status, name)
 		member(w, name).Status.Version = ""
 		w.etcd.statusErr[name] = fmt.Errorf("context deadline exceeded")
@@ -513,6 +515,10 @@ func TestPlanJoinsBeforeTheMemberServes(t *testing.T) {
 		{name: "a voter that served once and then stopped answering holds the next member, whatever its /health",
 			w:    healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true), func(w *world) { member(w, "m2").Status.Version = "3.6.16" }),
 			kind: 0, progress: "ready voter"},
+		{name: "a voter whose etcd has run longer than etcd's publish retries without answering holds the next member, whatever its /health",
+			w: healthyWorld(3, wantReplicas(4), unpublished("m2", nil, true), func(w *world) {
+				w.pods["m2"].Status.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(w.now.Add(-time.Minute))
+			}), kind: 0, progress: "has not served clients in the 1m0s since it started"},
 		{name: "a voter that has not published itself yet is never dialled",
 			w: healthyWorld(3, unpublished("m2", nil, true)), kind: 0,
 			check: func(t *testing.T, p plan) {

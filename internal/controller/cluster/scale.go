@@ -47,7 +47,11 @@ func (pl *planner) grow() bool {
 		return pl.act(&change{kind: wake, member: m})
 	}
 	for _, m := range w.running() {
-		if !w.healthy(m) || !w.isVoter(m) {
+		switch ok, why := w.health(m); {
+		case !ok:
+			pl.working(conditions.ReasonWaitingForMembers, "Waiting for member %s to be a ready voter before adding the next (%s)", m.Name, why)
+			return true
+		case !w.isVoter(m):
 			pl.working(conditions.ReasonWaitingForMembers, "Waiting for member %s to be a ready voter before adding the next", m.Name)
 			return true
 		}

@@ -157,13 +157,17 @@ func (h *harness) runPod(p *corev1.Pod) {
 		h.etcd.CatchUp(peer)
 	}
 	cs := corev1.ContainerStatus{Name: manifest.EtcdContainer, Ready: running && h.probe(p, hasLeader)}
+	startedAt := metav1.NewTime(h.clock.Now())
 	if len(p.Status.ContainerStatuses) == 1 {
 		prev := p.Status.ContainerStatuses[0]
 		cs.RestartCount, cs.LastTerminationState = prev.RestartCount, prev.LastTerminationState
+		if prev.State.Running != nil {
+			startedAt = prev.State.Running.StartedAt
+		}
 	}
 	switch {
 	case running:
-		cs.State.Running = &corev1.ContainerStateRunning{}
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: startedAt}
 		delete(h.startErrors, p.Name)
 	case h.startErrors[p.Name] != "":
 		cs.RestartCount++

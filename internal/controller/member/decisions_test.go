@@ -434,3 +434,36 @@ func TestRestoreFailureLabel(t *testing.T) {
 		}
 	}
 }
+
+func TestVoterLabel(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name                      string
+		voter, deleting, answered bool
+		labelled, want            bool
+	}{
+		{name: "a learner", answered: true},
+		{name: "a voter that answered", voter: true, answered: true, want: true},
+		{name: "a voter promoted before it served", voter: true},
+		{name: "a voter whose Pod already has the label (made with it, or adopted)", voter: true, labelled: true, want: true},
+		{name: "a voter being deleted", voter: true, answered: true, labelled: true, deleting: true},
+		{name: "a learner whose Pod has the label", labelled: true, answered: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &v1alpha2.EtcdMember{Status: v1alpha2.EtcdMemberStatus{IsVoter: tc.voter}}
+			if tc.answered {
+				m.Status.Version = "3.6.16"
+			}
+			if tc.deleting {
+				m.DeletionTimestamp = &now
+			}
+			pod := &corev1.Pod{}
+			if tc.labelled {
+				pod.Labels = map[string]string{manifest.LabelRole: manifest.RoleVoter}
+			}
+			if got := voterLabel(m, pod); got != tc.want {
+				t.Errorf("voter label %t, want %t", got, tc.want)
+			}
+		})
+	}
+}

@@ -211,6 +211,20 @@ func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (h
 	return manifest.SecretHashes(manifest.HashSecrets(uses, secrets)), "", nil
 }
 
+// voterLabel says whether the member's Pod carries the voter label (the
+// client Service routes to it, the budget counts it): a voter that is not
+// being deleted, once this Pod's etcd has answered (Version is cleared when
+// the Pod changes). A member promoted before it published itself through
+// raft has a Ready Pod while its client port serves nothing yet, and
+// clients must not be sent there. A label already on stays (a voter's Pod
+// is made with it, an adopted one came with it).
+func voterLabel(m *v1alpha2.EtcdMember, pod *corev1.Pod) bool {
+	if !m.Status.IsVoter || m.DeletionTimestamp != nil {
+		return false
+	}
+	return m.Status.Version != "" || pod.Labels[manifest.LabelRole] == manifest.RoleVoter
+}
+
 // syncPod keeps what the operator changes on a running Pod: the voter label
 // the client Service and the PodDisruptionBudget select on (a voter whose
 // etcd has answered since its Pod started), the initial
@@ -224,11 +238,7 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	}
 	// The operator finds its Pods by these labels: put back any edited away.
 	maps.Copy(labels, manifest.MemberLabels(m.Spec.ClusterName, m.Name))
-	if m.Status.IsVoter && m.DeletionTimestamp == nil && m.Status.Version != "" {
-		// Only once this Pod's etcd has answered (Version is cleared when
-		// the Pod changes): a member promoted before it published itself
-		// through raft has a Ready Pod while its client port serves
-		// nothing yet, and clients must not be sent there.
+	if voterLabel(m, pod) {
 		labels[manifest.LabelRole] = manifest.RoleVoter
 	} else {
 		delete(labels, manifest.LabelRole)
