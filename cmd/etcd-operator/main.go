@@ -46,6 +46,7 @@ var version = "dev"
 // options are the command-line settings of the manager.
 type options struct {
 	metricsAddr, probeAddr string
+	pprofAddr              string
 	metricsSecure          bool
 	leaderElect            bool
 	clusterDomain          string
@@ -75,6 +76,7 @@ func main() {
 	fs.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint binds to; 0 disables it.")
 	fs.BoolVar(&opts.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS (a self-signed certificate) to callers the API server authenticates and authorizes to get /metrics; false serves plain HTTP to anyone.")
 	fs.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
+	fs.StringVar(&opts.pprofAddr, "pprof-bind-address", "0", "Address Go's profiling endpoints (/debug/pprof/) bind to, unauthenticated; 0 (the default) disables them.")
 	fs.BoolVar(&opts.leaderElect, "leader-elect", false, "Elect a leader so that only one replica acts at a time.")
 	fs.StringVar(&opts.clusterDomain, "cluster-domain", "", "Cluster DNS domain for certificate names; detected from /etc/resolv.conf when empty, else cluster.local.")
 	fs.StringVar(&opts.operatorImage, "operator-image", os.Getenv("OPERATOR_IMAGE"), "Image of this operator, used for agents in Jobs and init containers.")
@@ -150,6 +152,7 @@ func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metri
 		Scheme:                        scheme,
 		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        opts.probeAddr,
+		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              "aa20b3a9.etcd-operator.cozystack.io",
 		LeaderElectionReleaseOnCancel: true,
