@@ -460,9 +460,9 @@ func steadyState(t *testing.T, ns string, n int) []result {
 		}
 		return done == n, fmt.Sprintf("%d reconciled", done)
 	})
-	// Let the last status writes and events settle before measuring; the
-	// window below is what counts.
-	measureFor(30 * time.Second)
+	// Let the last status writes, events and the members' first health
+	// polls settle before measuring; the window below is what counts.
+	measureFor(90 * time.Second)
 	const window = 60 * time.Second
 	renewals := countLeaseRenewals(t)
 	before := operatorMetrics(t)
