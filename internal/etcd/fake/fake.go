@@ -11,7 +11,11 @@
 //     members, and removing a connected voter needs enough voters connected
 //     for 5 s besides it;
 //   - a leader only while a quorum of voters is connected, MoveLeader only
-//     through the leader and only to a voter.
+//     through the leader and only to a voter;
+//   - /health (on the metrics listener) healthy only for a running member
+//     that knows a leader and has caught up; it answers before the member
+//     serves its client port, which a new learner held by PublishLate does
+//     not until Publish.
 //
 // internal/etcd/contract_test.go runs the same scenarios against this fake and
 // against real etcd servers, so the two stay in agreement.
