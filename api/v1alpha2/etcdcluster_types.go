@@ -184,7 +184,8 @@ type ObservedClusterSpec struct {
 
 // EtcdClusterStatus is the observed state of an etcd cluster.
 type EtcdClusterStatus struct {
-	// ReadyMembers counts running voters whose Ready condition is True.
+	// ReadyMembers counts the running voters that are healthy by etcd's own
+	// report and serve clients.
 	// +optional
 	ReadyMembers int32 `json:"readyMembers,omitempty"`
 	// UpdatedMembers counts running members made from the latched target

@@ -119,13 +119,11 @@ func (r *Reconciler) withClient(ctx context.Context, w *world, via []*v1alpha2.E
 // voters, the leader first; else every member whose etcd may run.
 func healthyVoters(w *world) []*v1alpha2.EtcdMember {
 	var out []*v1alpha2.EtcdMember
-	// A member still starting (health.go) counts as healthy but serves no
-	// client call yet: it is not dialled.
 	if lm := w.leaderMember(); lm != nil && w.healthy(lm) {
 		out = append(out, lm)
 	}
 	for _, m := range w.inEtcd() {
-		if m != w.leaderMember() && w.isVoter(m) && w.healthy(m) && w.etcd.status[m.Name] != nil {
+		if m != w.leaderMember() && w.isVoter(m) && w.serves(m) {
 			out = append(out, m)
 		}
 	}

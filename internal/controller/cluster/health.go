@@ -97,12 +97,12 @@ func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
 // before gets neither.
 func (w *world) starting(m *v1alpha2.EtcdMember) (bool, string) {
 	herr, asked := w.etcd.health[m.Name]
-	started := etcdStartedAt(w.pods[m.Name])
+	silent, never := w.unansweredFor(m)
 	switch {
-	case !asked || m.Status.Version != "" || w.etcdMemberOf(m) == nil || started.IsZero():
+	case !asked || !never || w.etcdMemberOf(m) == nil:
 		return false, ""
-	case w.now.Sub(started) > startingGrace:
-		return false, fmt.Sprintf("its etcd has not served clients in the %s since it started", w.now.Sub(started).Truncate(time.Second))
+	case silent > startingGrace:
+		return false, fmt.Sprintf("its etcd has not served clients in the %s since it started", silent.Truncate(time.Second))
 	case herr != nil:
 		return false, "its etcd does not serve clients yet (it has not published itself), and its /health fails: " + herr.Error()
 	case w.etcd.leader == nil:
@@ -117,18 +117,35 @@ func (w *world) starting(m *v1alpha2.EtcdMember) (bool, string) {
 // timeout).
 const startingGrace = 30 * time.Second
 
-// etcdStartedAt is when the Pod's etcd container last started (zero when it
-// does not run).
-func etcdStartedAt(pod *corev1.Pod) time.Time {
-	if pod == nil {
-		return time.Time{}
+// unansweredFor says whether the member's etcd runs and has never answered
+// a status call since its Pod started (its EtcdMember records no version),
+// and for how long it has run so.
+func (w *world) unansweredFor(m *v1alpha2.EtcdMember) (time.Duration, bool) {
+	if m.Status.Version != "" || w.pods[m.Name] == nil {
+		return 0, false
 	}
-	for _, cs := range pod.Status.ContainerStatuses {
+	for _, cs := range w.pods[m.Name].Status.ContainerStatuses {
 		if cs.Name == manifest.EtcdContainer && cs.State.Running != nil {
-			return cs.State.Running.StartedAt.Time
+			return w.now.Sub(cs.State.Running.StartedAt.Time), true
 		}
 	}
-	return time.Time{}
+	return 0, false
+}
+
+// mayBeStarting says whether the member could count as starting (see the
+// top of this file), so that its /health is worth asking when it does not
+// answer its Status call.
+func (w *world) mayBeStarting(m *v1alpha2.EtcdMember) bool {
+	pod := w.pods[m.Name]
+	silent, never := w.unansweredFor(m)
+	return never && silent <= startingGrace && pod.DeletionTimestamp == nil && podReady(pod)
+}
+
+// serves reports whether the member is healthy and answered its Status
+// call in this pass: one still starting counts as healthy but serves no
+// client call yet.
+func (w *world) serves(m *v1alpha2.EtcdMember) bool {
+	return w.healthy(m) && w.etcd.status[m.Name] != nil
 }
 
 // healthy reports whether the member counts towards quorum now.
@@ -199,7 +216,7 @@ func (w *world) voters() []quorum.Voter {
 func (w *world) healthyVoters() int {
 	n := 0
 	for _, m := range w.running() {
-		if w.isVoter(m) && w.healthy(m) && w.etcd.status[m.Name] != nil {
+		if w.isVoter(m) && w.serves(m) {
 			n++
 		}
 	}

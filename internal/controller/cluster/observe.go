@@ -204,17 +204,16 @@ func leaderless(status map[string]*etcd.Status) bool {
 }
 
 // readStatuses asks each member about itself, in parallel. A member that
-// does not answer while its Pod is Ready is asked its /health too: a member
-// that joined has a Ready Pod several seconds before its client port
-// serves (etcd serves clients only once the member has published itself
-// through raft, and a learner that caught up from the leader's snapshot
-// retries that only after its request timeout).
+// does not answer and may be starting (health.go) is asked its /health too:
+// a member that joined has a Ready Pod several seconds before its client
+// port serves (etcd serves clients only once the member has published
+// itself through raft, and a learner that caught up from the leader's
+// snapshot retries that only after its request timeout).
 func (r *Reconciler) readStatuses(ctx context.Context, w *world, c etcd.Client, asked []*v1alpha2.EtcdMember) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range asked {
-		pod := w.pods[m.Name]
-		probe := pod != nil && pod.DeletionTimestamp == nil && podReady(pod)
+		probe := w.mayBeStarting(m)
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, statusTimeout)
 			st, err := c.Status(sctx, manifest.ClientURL(m))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
@@ -55,11 +56,7 @@ func (pl *planner) removeLeaving() bool {
 			continue
 		}
 		pl.working(conditions.ReasonScalingDown, "Removing member %s from etcd", m.Name)
-		c := &change{kind: removeFromEtcd, member: m, etcdID: em.ID}
-		if !em.IsLearner && w.leaderMember() == m {
-			c.handOver = transferee(w, m)
-		}
-		return pl.act(c)
+		return pl.act(withRemoval(w, &change{kind: removeFromEtcd, member: m}, em))
 	}
 	return false
 }
@@ -87,12 +84,22 @@ func (pl *planner) mustStay(m *v1alpha2.EtcdMember) string {
 		m.Name, staying, w.desired())
 }
 
+// withRemoval fills in what removing the change's member from etcd needs:
+// its etcd ID, and, for the leader, the voter it hands over to first.
+func withRemoval(w *world, c *change, em *etcd.Member) *change {
+	c.etcdID = em.ID
+	if !em.IsLearner && w.leaderMember() == c.member {
+		c.handOver = transferee(w, c.member)
+	}
+	return c
+}
+
 // transferee is a healthy voter that stays, preferring the oldest member.
 func transferee(w *world, leaving *v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
 	ms := newest(w.running())
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
-		if m != leaving && w.healthy(m) && w.isVoter(m) && w.etcd.status[m.Name] != nil {
+		if m != leaving && w.isVoter(m) && w.serves(m) {
 			return m
 		}
 	}

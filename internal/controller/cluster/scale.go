@@ -112,13 +112,11 @@ func (pl *planner) shrink() bool {
 	pl.working(conditions.ReasonScalingDown, "Removing member %s", victim.Name)
 	c := &change{kind: deleteMember, member: victim, reason: "MemberRemoved",
 		message: fmt.Sprintf("Removing member %s to scale down", victim.Name)}
-	if em := w.etcdMemberOf(victim); em != nil && w.etcd.list != nil {
+	if em := w.etcdMemberOf(victim); em != nil {
 		// Out of etcd in the same pass, on the same fresh view the
 		// quorum check above read.
-		c.thenRemove, c.etcdID = true, em.ID
-		if !em.IsLearner && w.leaderMember() == victim {
-			c.handOver = transferee(w, victim)
-		}
+		c.thenRemove = true
+		withRemoval(w, c, em)
 	}
 	return pl.act(c)
 }
