@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -26,6 +28,14 @@ type testTime struct {
 	// said is the last few lines the test logged ("file_test.go:12: ..."),
 	// which for a failing test usually end with why it failed.
 	said []string
+	// panicking is set from a panic's first line until the first frame of
+	// its stack outside the runtime and the testing package is found, or
+	// the first goroutine's stack ends without one (a timeout's alarm);
+	// frameFunc is the function the stack line before named, inStack
+	// whether that stack has begun.
+	panicking bool
+	inStack   bool
+	frameFunc string
 }
 
 // keptLines is how many of a test's logged lines a failure quotes, and
@@ -42,12 +52,61 @@ var logLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
 // suite's dump of its namespace) rather than the failure.
 var contextLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: context: `)
 
+// crashLine matches the first line of a panic or of a fatal runtime error:
+// a test that panics logs no failure of its own, so its last logged lines
+// would say only what went well.
+var crashLine = regexp.MustCompile(`^(panic: |fatal error: )`)
+
+// frameLine matches the file line of a stack frame ("\t/path/x.go:12 +0x28").
+var frameLine = regexp.MustCompile(`^\t(\S+\.go):(\d+)( |$)`)
+
 // remember keeps a logged line, the last keptLines of them; lines of
 // context are not kept, so that a dump after a failure leaves its reason.
+// A panic is kept too, with the first frame of its stack in the code under
+// test.
 func (t *testTime) remember(output string) {
+	switch {
+	case crashLine.MatchString(output):
+		t.panicking, t.inStack, t.frameFunc = true, false, ""
+		t.keep(output)
+		return
+	case t.panicking:
+		t.followPanic(output)
+		return
+	}
 	if !logLine.MatchString(output) || contextLine.MatchString(output) {
 		return
 	}
+	t.keep(output)
+}
+
+// followPanic reads a panic's stack, a function line then its file line,
+// until a frame outside the runtime and the testing package.
+func (t *testTime) followPanic(output string) {
+	m := frameLine.FindStringSubmatch(output)
+	switch {
+	case m == nil && strings.HasPrefix(output, "goroutine "):
+		t.inStack = true
+		return
+	case m == nil && strings.TrimSpace(output) == "" && t.inStack:
+		t.panicking = false
+		return
+	case m == nil:
+		t.frameFunc = strings.TrimSpace(output)
+		return
+	}
+	fn := t.frameFunc
+	if fn == "" || strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "testing.") || strings.HasPrefix(fn, "panic(") {
+		return
+	}
+	if i := strings.LastIndex(fn, "("); i > 0 {
+		fn = fn[:i]
+	}
+	t.keep(fmt.Sprintf("at %s:%s in %s", filepath.Base(m[1]), m[2], fn))
+	t.panicking = false
+}
+
+func (t *testTime) keep(output string) {
 	line := strings.TrimSpace(output)
 	if len(line) > keptWidth {
 		line = line[:keptWidth] + " ..."

@@ -99,6 +99,7 @@ Failures
       fail_test.go:26: leader lost its lease
   TestHangs said last:
       slow_test.go:9: waiting for quorum
+      panic: test timed out after 2s
 `
 
 func TestSummaryOfAMakeTestRunThatFailed(t *testing.T) {
@@ -309,5 +310,40 @@ func TestStepsThatRanTogetherCountOnceInTheTotal(t *testing.T) {
 	}
 	if text := sum.text(); !strings.Contains(text, "integration and e2e ran at the same time") {
 		t.Errorf("the tier table does not say integration and e2e ran together:\n%s", text)
+	}
+}
+
+// A test that panics logs no failure of its own: what it said last is what
+// went well. The panic and the first frame of its stack in the code under
+// test are quoted instead (a cleanup that panicked, here).
+func TestAPanicIsQuotedWithWhereItHappened(t *testing.T) {
+	tt := &testTime{}
+	for _, line := range []string{
+		"=== CONT  TestA\n",
+		"    a_test.go:10: a says\n",
+		"    a_test.go:13: writer: 10 writes acknowledged and all present\n",
+		"    a_test.go:13: history: linearizable\n",
+		"--- FAIL: TestA (0.30s)\n",
+		"panic: assignment to entry in nil map [recovered, repanicked]\n",
+		"\n",
+		"goroutine 6 [running]:\n",
+		"testing.tRunner.func1.2({0x55b7e0, 0x6cbc40})\n",
+		"\t/usr/local/go/src/testing/testing.go:1974 +0x232\n",
+		"panic({0x55b7e0?, 0x6cbc40?})\n",
+		"\t/usr/local/go/src/runtime/panic.go:860 +0x13a\n",
+		"example.com/tt.TestA.func1()\n",
+		"\t/tmp/tt/a_test.go:12 +0x28\n",
+		"testing.(*common).Cleanup.func1()\n",
+		"\t/usr/local/go/src/testing/testing.go:1317 +0x109\n",
+	} {
+		tt.remember(line)
+	}
+	want := []string{
+		"a_test.go:13: history: linearizable",
+		"panic: assignment to entry in nil map [recovered, repanicked]",
+		"at a_test.go:12 in example.com/tt.TestA.func1",
+	}
+	if !reflect.DeepEqual(tt.said, want) {
+		t.Errorf("said %q, want %q", tt.said, want)
 	}
 }
