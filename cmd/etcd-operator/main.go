@@ -38,6 +38,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
+	"github.com/seed74754924/etcd-operator/internal/secretcache"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=...".
@@ -182,7 +183,14 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 		return err
 	}
 	dial := hooks.Dialer(etcd.Dial)
-	reader := m.Requests.Reader(mgr.GetAPIReader(), mgr.GetScheme())
+	// Secrets come from a reader that asks the API server only for those
+	// whose watched metadata changed; everything else the controllers read
+	// past the cache goes straight through.
+	secrets := secretcache.New(mgr.GetCache(), m.Requests.Reader(mgr.GetAPIReader(), mgr.GetScheme()))
+	if err := secrets.ForgetDeleted(ctx, mgr.GetCache()); err != nil {
+		return fmt.Errorf("watching Secrets' metadata: %w", err)
+	}
+	var reader client.Reader = secrets
 	cr := &clustercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m, OperatorImage: opts.operatorImage,
@@ -253,7 +261,8 @@ func liveNamespaces(ctx context.Context, cfg *rest.Config, watch string) string 
 
 // cacheOptions scopes the cache: to the watched namespaces, and for Pods,
 // PVCs, Services, PDBs and EndpointSlices to the objects the operator manages,
-// so memory does not grow with unrelated workloads.
+// so memory does not grow with unrelated workloads; Secrets are watched for
+// their metadata only.
 func cacheOptions(watch string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{manifest.LabelManagedBy: manifest.ManagedBy})
 	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -265,6 +274,8 @@ func cacheOptions(watch string) cache.Options {
 		// Kubernetes copies a Service's labels onto its EndpointSlices, so the
 		// headless Services' slices carry the operator's label too.
 		&discoveryv1.EndpointSlice{}: {Label: managed},
+		// Secrets: their metadata only, slimmed (see package secretcache).
+		secretcache.Metadata(): {Transform: secretcache.Slim},
 	}}
 	if watch != "" {
 		o.DefaultNamespaces = map[string]cache.Config{}

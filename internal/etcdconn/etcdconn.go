@@ -21,8 +21,8 @@ import (
 )
 
 // Config builds the configuration to reach the given members of a cluster.
-// Secrets are read through r (uncached); Pod addresses through pods (the
-// cache), which may be nil.
+// Secrets are read through r (the operator's secretcache); Pod addresses
+// through pods (the cache), which may be nil.
 func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster, members []*v1alpha2.EtcdMember) (etcd.Config, error) {
 	cfg := etcd.Config{}
 	for _, m := range members {
@@ -152,6 +152,22 @@ func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster) (*tls.Co
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
+}
+
+// SecretNames are the Secrets of the cluster's namespace that Config and
+// the root password's management read.
+func SecretNames(c *v1alpha2.EtcdCluster) []string {
+	var out []string
+	if name := operatorClientSecret(c); name != "" {
+		out = append(out, name)
+	}
+	if manifest.AuthWanted(c) {
+		out = append(out, manifest.AppliedPasswordSecretName(c.Name))
+		if ref := c.Spec.Auth.RootCredentialsSecretRef; ref.Name != "" {
+			out = append(out, ref.Name)
+		}
+	}
+	return out
 }
 
 func operatorClientSecret(c *v1alpha2.EtcdCluster) string {

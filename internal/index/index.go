@@ -6,12 +6,15 @@ package index
 
 import (
 	"context"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/etcdconn"
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
 // Index names.
@@ -21,6 +24,11 @@ const (
 	ControllerUID = "metadata.controllerUID"
 	// PodNode indexes member Pods by the node they run on.
 	PodNode = "spec.nodeName"
+	// Secret indexes EtcdMembers by the Secrets they mount and
+	// EtcdClusters by the Secrets the operator reads for them (its client
+	// certificate, the root passwords), so that a changed Secret wakes the
+	// clusters that use it.
+	Secret = "secretName"
 )
 
 // Field is one index: the kind it applies to, its name and how a value is
@@ -36,6 +44,8 @@ func Fields() []Field {
 	return []Field{
 		{Object: &v1alpha2.EtcdMember{}, Name: ControllerUID, Extract: controllerUID},
 		{Object: &corev1.Pod{}, Name: PodNode, Extract: memberPodNode},
+		{Object: &v1alpha2.EtcdMember{}, Name: Secret, Extract: memberSecrets},
+		{Object: &v1alpha2.EtcdCluster{}, Name: Secret, Extract: clusterSecrets},
 	}
 }
 
@@ -63,6 +73,20 @@ func memberPodNode(o client.Object) []string {
 		return nil
 	}
 	return []string{p.Spec.NodeName}
+}
+
+func memberSecrets(o client.Object) []string {
+	var out []string
+	for _, u := range manifest.MountedSecrets(o.(*v1alpha2.EtcdMember)) {
+		if !slices.Contains(out, u.Name) {
+			out = append(out, u.Name)
+		}
+	}
+	return out
+}
+
+func clusterSecrets(o client.Object) []string {
+	return etcdconn.SecretNames(o.(*v1alpha2.EtcdCluster))
 }
 
 // ByController selects the objects whose controller has this UID.

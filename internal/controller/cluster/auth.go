@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -27,7 +28,7 @@ import (
 // recording it, the new one works.
 
 // retryAuth is how soon a refused or failed authentication step is tried
-// again: Secrets are not watched.
+// again (etcd refusing is not something a watch reports).
 const retryAuth = 10 * time.Second
 
 // syncAuth runs beside the planner: it latches authentication that etcd
@@ -169,6 +170,7 @@ func (r *Reconciler) recordPassword(ctx context.Context, w *world, password stri
 		if err := r.Client.Create(ctx, want); err != nil {
 			return fmt.Errorf("recording the root password: %w", err)
 		}
+		r.wrote(want)
 		return nil
 	case err != nil:
 		return fmt.Errorf("reading the recorded root password: %w", err)
@@ -179,5 +181,15 @@ func (r *Reconciler) recordPassword(ctx context.Context, w *world, password stri
 	if err := r.Client.Update(ctx, have); err != nil {
 		return fmt.Errorf("recording the root password: %w", err)
 	}
+	r.wrote(have)
 	return nil
+}
+
+// wrote tells the Secret reader that the operator changed a Secret, so that
+// the next read does not return what it kept before while the watch has
+// not seen the change yet.
+func (r *Reconciler) wrote(s *corev1.Secret) {
+	if f, ok := r.APIReader.(interface{ Forget(types.NamespacedName) }); ok {
+		f.Forget(client.ObjectKeyFromObject(s))
+	}
 }

@@ -16,8 +16,9 @@ import (
 )
 
 // certManagerPoll is how often a cluster waiting for cert-manager looks
-// again. Certificates are not watched: a watch on a kind whose CRD is not
-// installed would keep the manager from starting.
+// again. Certificates are not watched by the controller: a watch on a kind
+// whose CRD is not installed would keep the manager from starting. They are
+// read from the cache, whose informer for them starts at the first read.
 const certManagerPoll = 30 * time.Second
 
 // ensureCertificates creates the cert-manager Certificates the cluster's TLS
@@ -82,7 +83,9 @@ func (r *Reconciler) certificatesServed() (bool, error) {
 func (r *Reconciler) ensureCertificate(ctx context.Context, w *world, want *unstructured.Unstructured) (bool, error) {
 	have := &metav1.PartialObjectMetadata{}
 	have.SetGroupVersionKind(manifest.CertificateGVK)
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), have)
+	// From the cache: its informer for Certificates' metadata starts at the
+	// first read, once the RESTMapper knows the kind.
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case err == nil:
 		if !metav1.IsControlledBy(have, w.cluster) {

@@ -15,12 +15,14 @@ package cluster
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -35,8 +37,10 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
+	"github.com/seed74754924/etcd-operator/internal/secretcache"
 	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
 
@@ -69,7 +73,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -89,14 +93,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A joining member is added to etcd once its Pod's address is in the
 		// headless Service's endpoints (cluster DNS serves it from there).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(clusterOfSlice)).
+		// A rotated certificate or a changed password is acted on at once.
+		// Only the Secrets' metadata is watched (see package secretcache).
+		Watches(secretcache.Metadata(), handler.EnqueueRequestsFromMapFunc(r.clustersUsingSecret), builder.OnlyMetadata).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("etcdcluster").
 		Complete(r)
 }
-
-// secretPoll is how often a cluster whose members mount Secrets looks at
-// them again: Secrets are not watched (that would cache every Secret).
-const secretPoll = 30 * time.Second
 
 // alarmPoll is how often a cluster with an etcd alarm raised looks again:
 // alarms are disarmed in etcd (by a defrag run, or by hand) under no watch,
@@ -210,9 +213,6 @@ func requeue(w *world, p plan, o outcome) time.Duration {
 	}
 	consider(deadlineTimer(w), time.Second)
 	consider(joinDeadline(w), time.Second)
-	if len(w.secrets) > 0 {
-		consider(ptr.To(secretPoll-time.Second), time.Second)
-	}
 	if len(w.alarms()) > 0 {
 		consider(ptr.To(alarmPoll), 0)
 	}
@@ -227,6 +227,36 @@ func requeue(w *world, p plan, o outcome) time.Duration {
 // is usually named after the cluster, but a member may record another (an
 // adopted cluster's), so any slice of the cluster's but the client Service's
 // counts.
+// clustersUsingSecret maps a Secret to the clusters whose members mount it
+// or whose operator reads it.
+func (r *Reconciler) clustersUsingSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	in, by := client.InNamespace(o.GetNamespace()), client.MatchingFields{index.Secret: o.GetName()}
+	var out []reconcile.Request
+	add := func(name string) {
+		req := reconcile.Request{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}
+		if name != "" && !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	clusters := &v1alpha2.EtcdClusterList{}
+	if err := r.Client.List(ctx, clusters, in, by); err != nil {
+		log.FromContext(ctx).Error(err, "Listing the clusters that use a Secret", "secret", o.GetName())
+	}
+	for _, c := range clusters.Items {
+		add(c.Name)
+	}
+	members := &v1alpha2.EtcdMemberList{}
+	if err := r.Client.List(ctx, members, in, by); err != nil {
+		log.FromContext(ctx).Error(err, "Listing the members that mount a Secret", "secret", o.GetName())
+	}
+	for _, m := range members.Items {
+		if ref := metav1.GetControllerOf(&m); ref != nil && ref.Kind == "EtcdCluster" {
+			add(ref.Name)
+		}
+	}
+	return out
+}
+
 func clusterOfSlice(_ context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[manifest.LabelCluster]
 	svc := o.GetLabels()[discoveryv1.LabelServiceName]

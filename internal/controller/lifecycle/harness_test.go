@@ -34,6 +34,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/faults"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/secretcache"
 )
 
 const ns = "default"
@@ -230,8 +231,10 @@ func (h *harness) restart(crashAfter int) {
 	if h.staleClusterReads {
 		clusterClient = h.staleReading(operator)
 	}
-	h.cluster = &clusterctrl.Reconciler{Client: clusterClient, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
-	h.member = &memberctrl.Reconciler{Client: memberClient, APIReader: memberClient, Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+	// Secrets through the operator's reader, over the harness's always
+	// current store: what it keeps is new with each life, as in a restart.
+	h.cluster = &clusterctrl.Reconciler{Client: clusterClient, APIReader: secretcache.New(h.raw, operator), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+	h.member = &memberctrl.Reconciler{Client: memberClient, APIReader: secretcache.New(h.raw, memberClient), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 	h.defrag = &defragctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
 }
 

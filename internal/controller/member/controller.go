@@ -31,6 +31,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
+	"github.com/seed74754924/etcd-operator/internal/secretcache"
 	"github.com/seed74754924/etcd-operator/internal/teardown"
 )
 
@@ -60,7 +61,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // SetupWithManager registers the controller.
@@ -76,6 +77,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// readiness matters, not its periodic status updates.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.membersOnNode),
 			builder.WithPredicates(nodeReadinessChanged())).
+		// A member waiting for a Secret (one cert-manager is issuing)
+		// starts when it appears. Only the Secrets' metadata is watched
+		// (see package secretcache).
+		Watches(secretcache.Metadata(), handler.EnqueueRequestsFromMapFunc(r.membersMounting), builder.OnlyMetadata).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("etcdmember").
 		Complete(r)
@@ -92,6 +97,19 @@ func (r *Reconciler) membersOnNode(ctx context.Context, obj client.Object) []rec
 		if ref := ownerMember(&p); ref != "" {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: p.Namespace, Name: ref}})
 		}
+	}
+	return out
+}
+
+// membersMounting maps a Secret to the members that mount it.
+func (r *Reconciler) membersMounting(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &v1alpha2.EtcdMemberList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{index.Secret: obj.GetName()}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, m := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&m)})
 	}
 	return out
 }

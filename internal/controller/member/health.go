@@ -19,10 +19,11 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
-// Timers. Each waits for something no watch reports.
+// Timers. Each waits for something no watch reports, but retrySecrets.
 const (
-	// retrySecrets: Secrets are read on demand, not watched.
-	retrySecrets = 5 * time.Second
+	// retrySecrets: a member waiting for a Secret is woken by the watch on
+	// the Secrets' metadata when it appears; this is the backstop.
+	retrySecrets = 30 * time.Second
 	// retryStatus: etcd did not answer the Status call of a Ready Pod.
 	retryStatus = 2 * time.Second
 	// statusTimeout bounds that call. A Pod whose etcd has not answered

@@ -167,8 +167,8 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 			r.event(m, true, conditions.ReasonSecretMissing, "CreatePod", "%s", problem)
 		}
 		r.setNotReady(s, conditions.ReasonSecretMissing, problem)
-		// Secrets are not watched (that would cache every Secret of the
-		// namespace); look again shortly.
+		// The Secret's appearance wakes the member (membersMounting);
+		// look again anyway, in case the watch missed it.
 		return ctrl.Result{RequeueAfter: retrySecrets}, nil
 	}
 	if msg := r.restoreRefused(s); msg != "" {
@@ -185,8 +185,8 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 	return ctrl.Result{}, nil
 }
 
-// readSecrets reads the Secrets the member mounts from the API server (they
-// are not cached) and returns their material's hashes, or what is missing:
+// readSecrets reads the Secrets the member mounts (through package
+// secretcache: from the API server only when they changed) and returns their material's hashes, or what is missing:
 // a Secret, or a key in one, named with what the member needs it for.
 func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (hashes, problem string, err error) {
 	uses := manifest.MountedSecrets(m)
