@@ -40,6 +40,10 @@ type outcome struct {
 	warn bool
 	// requeue is when to look again, for a timer no watch replaces.
 	requeue time.Duration
+	// removed is the member a scale-down took out of etcd and released,
+	// when it was not the leader: the world can be brought up to date
+	// without asking again (see goOn).
+	removed *v1alpha2.EtcdMember
 }
 
 // callTimeout bounds one etcd call of an action.
@@ -82,7 +86,11 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		if err := r.deleteMember(ctx, w, c.member, c.reason, c.message); err != nil || !c.thenRemove {
 			return outcome{err: err}
 		}
-		return r.removeFromEtcd(ctx, w, c)
+		o := r.removeFromEtcd(ctx, w, c)
+		if o.err == nil && o.progress == nil && c.handOver == nil && w.leaderMember() != c.member {
+			o.removed = c.member
+		}
+		return o
 	case setDormant, wake:
 		return outcome{err: r.setDormant(ctx, w, c.member, c.kind == setDormant)}
 	case restart:

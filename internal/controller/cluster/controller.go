@@ -150,6 +150,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.maintain(ctx, w)
 	p := decide(w)
 	o := r.act(ctx, w, p.change)
+	p, o = r.goOn(ctx, w, p, o)
 	if err := r.reconcilePDB(ctx, w); err != nil {
 		w.features.failed = append(w.features.failed, err.Error())
 	}
@@ -171,6 +172,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, o.err
 	}
 	return ctrl.Result{RequeueAfter: requeue(w, p, o)}, nil
+}
+
+// maxRemovalsPerPass bounds the removals one pass makes to scale down.
+const maxRemovalsPerPass = 4
+
+// goOn makes, in the same pass, the next removal of a scale-down the
+// previous one leaves to make: the world is what this pass read from etcd
+// less the member just removed, which etcd confirmed gone, so the planner's
+// quorum check sees the voters that stay as they answered moments ago, and
+// etcd checks again itself (it refuses a removal that would leave fewer
+// connected voters than a quorum). Only a removal that did not move the
+// leadership goes on; anything else the planner chooses waits for the next
+// pass, as every change did before.
+func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
+	for range maxRemovalsPerPass - 1 {
+		if o.removed == nil {
+			break
+		}
+		w.forgetRemoved(o.removed)
+		next := decide(w)
+		if c := next.change; c == nil || c.kind != deleteMember || !c.thenRemove {
+			break
+		}
+		p, o = next, r.act(ctx, w, next.change)
+	}
+	return p, o
 }
 
 // maintain runs the steps beside the membership planner: the cert-manager

@@ -18,7 +18,7 @@ import (
 // through their controller reference, never by label), their Pods, the
 // Secrets they mount, the headless Service's endpoints, one "now", and
 // etcd's own fresh view of itself. The planner (plan.go) reads it and never
-// writes it.
+// writes it; the only change a pass makes to it is forgetRemoved.
 type world struct {
 	cluster *v1alpha2.EtcdCluster
 	// original is the cluster as read, to write status only when it changed.
@@ -114,6 +114,24 @@ func (w *world) desired() int {
 		return 0
 	}
 	return int(w.cluster.Status.Observed.Replicas)
+}
+
+// forgetRemoved brings the world up to date after m was removed from etcd
+// and its EtcdMember released (removeFromEtcd): etcd no longer lists it,
+// and it is neither a member nor a Pod of the cluster any more. The only
+// change this pass makes to its world (see goOn).
+func (w *world) forgetRemoved(m *v1alpha2.EtcdMember) {
+	if w.etcd.list != nil {
+		if em := w.etcdMemberOf(m); em != nil {
+			id := em.ID
+			w.etcd.list.Members = slices.DeleteFunc(slices.Clone(w.etcd.list.Members), func(x etcd.Member) bool { return x.ID == id })
+		}
+	}
+	w.members = slices.DeleteFunc(slices.Clone(w.members), func(x *v1alpha2.EtcdMember) bool { return x == m })
+	delete(w.pods, m.Name)
+	delete(w.etcd.status, m.Name)
+	delete(w.etcd.statusErr, m.Name)
+	delete(w.etcd.health, m.Name)
 }
 
 func deleting(m *v1alpha2.EtcdMember) bool { return m.DeletionTimestamp != nil }

@@ -379,3 +379,26 @@ func TestRemovedMemberPodGoesAtOnce(t *testing.T) {
 		t.Errorf("%d members left etcd, want 1", checked)
 	}
 }
+
+// Scaling down by two removes both members in one pass when neither leads
+// (issue 24: scale 5 → 3 in the time of removing the two by hand): the
+// second removal's quorum check reads the voters as this pass found them,
+// less the member etcd just confirmed removed.
+func TestScaleDownRemovesBothInOnePass(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 5)
+	h.run("5", h.converged("c", 5))
+	var drops []int
+	before := len(h.etcd.Members())
+	h.afterCluster = func() {
+		if n := len(h.etcd.Members()); n < before {
+			drops = append(drops, before-n)
+			before = n
+		}
+	}
+	h.setReplicas("c", 3)
+	h.run("3", h.converged("c", 3))
+	if !slices.Equal(drops, []int{2}) {
+		t.Errorf("passes removed %v members from etcd, want both in one pass", drops)
+	}
+}
