@@ -359,7 +359,7 @@ func scaleDeployment(t *testing.T, ns, name string, n int32) {
 func dryRunChangesNothing(t *testing.T, ns, name string, want ...string) string {
 	t.Helper()
 	before := legacyVersions(t, ns, name)
-	out, code := runMigrate(t, ns)
+	out, code := runMigrateLive(t, ns)
 	if code != 0 {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
@@ -394,7 +394,7 @@ func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.
 	backups := t.TempDir()
 	scaleDeployment(t, ns, migrateOperator(ns), 1)
 	before := legacyVersions(t, ns, name)
-	if out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups); code != 1 || !strings.Contains(out, "is not scaled to zero") {
+	if out, code := runMigrateLive(t, ns, "--apply", "--yes", "--backup-dir", backups); code != 1 || !strings.Contains(out, "is not scaled to zero") {
 		t.Errorf("apply with the operator up: exit %d, want a refusal\n%s", code, out)
 	}
 	if after := legacyVersions(t, ns, name); !maps.Equal(before, after) {
@@ -402,13 +402,13 @@ func applyStoppedAfterEveryStep(t *testing.T, ns, name string, cr *unstructured.
 	}
 	scaleDeployment(t, ns, migrateOperator(ns), 0)
 	for _, s := range migrate.Steps[:len(migrate.Steps)-1] {
-		out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups, "--stop-after", s.Name)
+		out, code := runMigrateLive(t, ns, "--apply", "--yes", "--backup-dir", backups, "--stop-after", s.Name)
 		if code != migrate.ExitStopped {
 			t.Fatalf("apply stopped after %s: exit %d\n%s", s.Name, code, out)
 		}
 		t.Logf("stopped after %s", s.Name)
 	}
-	out, code := runMigrate(t, ns, "--apply", "--yes", "--backup-dir", backups)
+	out, code := runMigrateLive(t, ns, "--apply", "--yes", "--backup-dir", backups)
 	if code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}
@@ -655,6 +655,40 @@ func runMigrate(t *testing.T, ns string, args ...string) (string, int) {
 	}
 	t.Logf("etcd-migrate %s:\n%s", strings.Join(args, " "), out.String())
 	return out.String(), 0
+}
+
+// notReadyRefusal is how etcd-migrate refuses a cluster one of whose Pods
+// is not Ready.
+const notReadyRefusal = "is not Running and Ready"
+
+// runMigrateLive runs etcd-migrate on a live legacy cluster the way an
+// operator of it would: when the tool refuses because a Pod is not Ready
+// (a readiness probe of one second timing out on a busy machine), it is
+// run again once every Pod of the namespace is Ready, for up to two
+// minutes. Any other result is returned as it is.
+func runMigrateLive(t *testing.T, ns string, args ...string) (string, int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, code := runMigrate(t, ns, args...)
+		if !strings.Contains(out, notReadyRefusal) || time.Now().After(deadline) {
+			return out, code
+		}
+		t.Logf("etcd-migrate %s refused a Pod that is not Ready; running it again once the Pods are", strings.Join(args, " "))
+		eventually(t, time.Until(deadline)+time.Second, "the legacy Pods Ready", func() (bool, string) {
+			list := &corev1.PodList{}
+			if err := k.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+				return false, err.Error()
+			}
+			for _, p := range list.Items {
+				done := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+				if p.DeletionTimestamp == nil && !done && !podIsReady(p.Status.Conditions) {
+					return false, p.Name + " not Ready"
+				}
+			}
+			return true, ""
+		})
+	}
 }
 
 // lostMember reports whether the member says it cannot come back as itself.
