@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -441,9 +442,24 @@ func steadyState(t *testing.T, ns string, n int) []result {
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
 		}}
 	}
+	// Every third cluster runs with TLS from its own Secrets (server, peer
+	// and the operator's client certificate) and authentication, so that
+	// the Secrets every pass reads are part of what is measured.
+	ca := newNamedCA(t, "bench CA")
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { newCluster(t, ns, fmt.Sprintf("many%03d", i), 3, small) })
+		name := fmt.Sprintf("many%03d", i)
+		if i%3 != 0 {
+			wg.Go(func() { newCluster(t, ns, name, 3, small) })
+			continue
+		}
+		secured := steadySecrets(t, ns, name, ca)
+		wg.Go(func() {
+			newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
+				small(c)
+				secured(c)
+			})
+		})
 	}
 	wg.Wait()
 	eventually(t, 20*time.Minute, fmt.Sprintf("%d clusters reconciled", n), func() (bool, string) {
@@ -475,7 +491,7 @@ func steadyState(t *testing.T, ns string, n int) []result {
 	rss := after.rss / (1 << 20)
 	cpu := (after.cpu - before.cpu) / window.Seconds()
 	reconciles := (after.reconciles - before.reconciles) / window.Seconds()
-	label := fmt.Sprintf("steady state, %d three-member clusters", n)
+	label := fmt.Sprintf("steady state, %d three-member clusters (%d with TLS and auth)", n, (n+2)/3)
 	zero := 0.001 // "0 writes/s": no write in the window
 	out := []result{
 		row(label+": API writes by the controllers", writes, "req/s", "0", zero),
@@ -493,6 +509,31 @@ func steadyState(t *testing.T, ns string, n int) []result {
 			reads*30/float64(n), "req/s", "< 1", 1))
 	}
 	return out
+}
+
+// steadySecrets creates a cluster's TLS and root credentials Secrets and
+// returns what sets its spec to use them.
+func steadySecrets(t *testing.T, ns, name string, ca *testCA) func(*v1alpha2.EtcdCluster) {
+	domains := []string{"*." + name + "." + ns + ".svc", "*." + name + "." + ns + ".svc.cluster.local", name + "-client." + ns + ".svc", "localhost"}
+	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	createTLSSecret(t, ns, name+"-server", ca.issue(t, "server", domains, both), ca.certPEM)
+	createTLSSecret(t, ns, name+"-peer", ca.issue(t, "peer", domains[:2], both), ca.certPEM)
+	createTLSSecret(t, ns, name+"-operator", ca.issue(t, "operator", nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}), nil)
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-root"}, Type: corev1.SecretTypeBasicAuth,
+		Data: map[string][]byte{"username": []byte("root"), "password": []byte("bench-" + name)}}
+	if err := k.Create(context.Background(), creds); err != nil {
+		t.Fatal(err)
+	}
+	return func(c *v1alpha2.EtcdCluster) {
+		c.Spec.TLS = &v1alpha2.EtcdClusterTLS{
+			Client: &v1alpha2.ClientTLS{
+				ServerSecretRef:         &corev1.LocalObjectReference{Name: name + "-server"},
+				OperatorClientSecretRef: &corev1.LocalObjectReference{Name: name + "-operator"},
+			},
+			Peer: &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: name + "-peer"}},
+		}
+		c.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: name + "-root"}}
+	}
 }
 
 // countLeaseRenewals watches the operator's leader-election Lease and returns
