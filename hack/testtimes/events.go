@@ -39,9 +39,12 @@ type testTime struct {
 }
 
 // keptLines is how many of a test's logged lines a failure quotes, and
-// keptWidth how much of each.
+// keptWidth how much of each. A test that fails with t.Errorf goes on and
+// logs more, which looks the same as its failure: six lines reach further
+// back than three did (a CI run's TestMigrate was quoted with three lines
+// of progress, its Errorf farther back).
 const (
-	keptLines = 3
+	keptLines = 6
 	keptWidth = 240
 )
 

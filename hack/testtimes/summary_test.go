@@ -339,6 +339,8 @@ func TestAPanicIsQuotedWithWhereItHappened(t *testing.T) {
 		tt.remember(line)
 	}
 	want := []string{
+		"a_test.go:10: a says",
+		"a_test.go:13: writer: 10 writes acknowledged and all present",
 		"a_test.go:13: history: linearizable",
 		"panic: assignment to entry in nil map [recovered, repanicked]",
 		"at a_test.go:12 in example.com/tt.TestA.func1",

@@ -3,6 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -475,7 +479,7 @@ func legacyObjectsGone(t *testing.T, ns, name string) {
 	}
 }
 
-// legacyVersions records the resourceVersion of every object of the legacy
+// legacyVersions records the content (contentOf) of every object of the legacy
 // cluster: the CR, StatefulSet, Pods, claims, Services, ConfigMap and PDB.
 func legacyVersions(t *testing.T, ns, name string) map[string]string {
 	t.Helper()
@@ -503,7 +507,7 @@ func legacyVersionsAtLeast(t *testing.T, ns, name string, min int) map[string]st
 		}
 		items, _ := apimetaItems(list)
 		for _, o := range items {
-			out[kind+"/"+o.GetName()] = o.GetResourceVersion()
+			out[kind+"/"+o.GetName()] = contentOf(t, o)
 		}
 	}
 	legacy := &unstructured.UnstructuredList{}
@@ -513,13 +517,43 @@ func legacyVersionsAtLeast(t *testing.T, ns, name string, min int) map[string]st
 	}
 	for _, o := range legacy.Items {
 		if o.GetName() == name {
-			out["etcdcluster.etcd.aenix.io/"+o.GetName()] = o.GetResourceVersion()
+			out["etcdcluster.etcd.aenix.io/"+o.GetName()] = contentOf(t, o.Object)
 		}
 	}
 	if len(out) < min {
 		t.Fatalf("expected the legacy cluster's objects, found %v", out)
 	}
 	return out
+}
+
+// contentOf is a digest of what a tool could change of an object: all of
+// it but its status and the API server's bookkeeping (resourceVersion,
+// managedFields), which move with every status update of the kubelet and
+// the controllers: a legacy Pod whose readiness probe times out on a busy
+// machine is not a change the migration made.
+func contentOf(t *testing.T, o any) string {
+	t.Helper()
+	u, ok := o.(map[string]any)
+	if !ok {
+		var err error
+		if u, err = runtime.DefaultUnstructuredConverter.ToUnstructured(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u = maps.Clone(u)
+	delete(u, "status")
+	if md, ok := u["metadata"].(map[string]any); ok {
+		md = maps.Clone(md)
+		delete(md, "resourceVersion")
+		delete(md, "managedFields")
+		u["metadata"] = md
+	}
+	b, err := json.Marshal(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
 }
 
 func apimetaItems(list client.ObjectList) ([]metav1.Object, error) {
