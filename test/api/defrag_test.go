@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -87,6 +88,12 @@ func startDefragController(t *testing.T, ns string) {
 	if err := dr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
+	runManager(ctx, t, mgr, cancel)
+}
+
+// runManager starts the manager until the test ends; the test fails if it
+// stops with an error.
+func runManager(ctx context.Context, t *testing.T, mgr ctrl.Manager, cancel context.CancelFunc) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- mgr.Start(ctx) }()
 	t.Cleanup(func() {

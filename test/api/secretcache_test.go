@@ -28,14 +28,7 @@ func TestSecretReaderAsksOnlyForChangedSecrets(t *testing.T) {
 	if err := r.ForgetDeleted(ctx, mgr.GetCache()); err != nil {
 		t.Fatal(err)
 	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			t.Errorf("the manager stopped with: %v", err)
-		}
-	})
+	runManager(ctx, t, mgr, cancel)
 
 	key := client.ObjectKey{Namespace: ns, Name: "peer-tls"}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}, Data: map[string][]byte{"tls.crt": []byte("one")}}

@@ -525,13 +525,7 @@ func steadySecrets(t *testing.T, ns, name string, ca *testCA) func(*v1alpha2.Etc
 		t.Fatal(err)
 	}
 	return func(c *v1alpha2.EtcdCluster) {
-		c.Spec.TLS = &v1alpha2.EtcdClusterTLS{
-			Client: &v1alpha2.ClientTLS{
-				ServerSecretRef:         &corev1.LocalObjectReference{Name: name + "-server"},
-				OperatorClientSecretRef: &corev1.LocalObjectReference{Name: name + "-operator"},
-			},
-			Peer: &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: name + "-peer"}},
-		}
+		c.Spec.TLS = ownTLS(name)
 		c.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: name + "-root"}}
 	}
 }

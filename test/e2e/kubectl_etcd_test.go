@@ -261,13 +261,7 @@ func testPluginMTLSAuth(t *testing.T) {
 	clientTLS.Store(ns+"/"+name, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 
 	newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
-		c.Spec.TLS = &v1alpha2.EtcdClusterTLS{
-			Client: &v1alpha2.ClientTLS{
-				ServerSecretRef:         &corev1.LocalObjectReference{Name: name + "-server"},
-				OperatorClientSecretRef: &corev1.LocalObjectReference{Name: name + "-operator"},
-			},
-			Peer: &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: name + "-peer"}},
-		}
+		c.Spec.TLS = ownTLS(name)
 		c.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: name + "-root"}}
 		c.Spec.Options = &v1alpha2.EtcdOptions{QuotaBackendBytes: ptr.To[int64](16 << 20)}
 	})

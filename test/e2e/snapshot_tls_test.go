@@ -63,13 +63,7 @@ func TestSnapshotAndRestoreTLS(t *testing.T) {
 		}
 		clientTLS.Store(ns+"/"+name, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 		return func(c *v1alpha2.EtcdCluster) {
-			c.Spec.TLS = &v1alpha2.EtcdClusterTLS{
-				Client: &v1alpha2.ClientTLS{
-					ServerSecretRef:         &corev1.LocalObjectReference{Name: name + "-server"},
-					OperatorClientSecretRef: &corev1.LocalObjectReference{Name: name + "-operator"},
-				},
-				Peer: &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: name + "-peer"}},
-			}
+			c.Spec.TLS = ownTLS(name)
 		}
 	}
 	newCluster(t, ns, "secure", 1, secure("secure"), withAuth("secure"))

@@ -256,13 +256,7 @@ func newSoakTLS(t *testing.T, name string) *soakTLS {
 // spec gives a cluster the TLS Secrets.
 func (st *soakTLS) spec(name string) func(*v1alpha2.EtcdCluster) {
 	return func(c *v1alpha2.EtcdCluster) {
-		c.Spec.TLS = &v1alpha2.EtcdClusterTLS{
-			Client: &v1alpha2.ClientTLS{
-				ServerSecretRef:         &corev1.LocalObjectReference{Name: name + "-server"},
-				OperatorClientSecretRef: &corev1.LocalObjectReference{Name: name + "-operator"},
-			},
-			Peer: &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: name + "-peer"}},
-		}
+		c.Spec.TLS = ownTLS(name)
 	}
 }
 

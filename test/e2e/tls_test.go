@@ -69,6 +69,19 @@ func TestOwnTLSSecrets(t *testing.T) {
 	}
 }
 
+// ownTLS is the TLS of a cluster from Secrets named after it:
+// <name>-server for the client plane, <name>-operator for the operator's
+// client certificate, <name>-peer for the peer plane.
+func ownTLS(name string) *v1alpha2.EtcdClusterTLS {
+	return &v1alpha2.EtcdClusterTLS{
+		Client: &v1alpha2.ClientTLS{
+			ServerSecretRef:         &corev1.LocalObjectReference{Name: name + "-server"},
+			OperatorClientSecretRef: &corev1.LocalObjectReference{Name: name + "-operator"},
+		},
+		Peer: &v1alpha2.PeerTLS{SecretRef: &corev1.LocalObjectReference{Name: name + "-peer"}},
+	}
+}
+
 type keyPair struct{ certPEM, keyPEM []byte }
 
 type testCA struct {
