@@ -221,10 +221,10 @@ func (r *Reconciler) maintain(ctx context.Context, w *world) {
 }
 
 // requeue is the shortest of the timers the pass waits on: the plan's or the
-// action's, the progress deadline, a joining member's own deadline, for
-// members that mount Secrets the poll that notices rotated certificates,
-// while etcd reports an alarm the poll that notices it disarmed, and, for a
-// cluster that runs, the health poll.
+// action's, the progress deadline, a joining member's own deadline, while
+// etcd reports an alarm the poll that notices it disarmed, and, for a
+// cluster that runs, the health poll. (Changed Secrets wake the cluster
+// through their watch.)
 func requeue(w *world, p plan, o outcome) time.Duration {
 	var next time.Duration
 	consider := func(d *time.Duration, pad time.Duration) {
@@ -249,11 +249,6 @@ func requeue(w *world, p plan, o outcome) time.Duration {
 	return next
 }
 
-// clusterOfSlice maps an EndpointSlice of a cluster's headless Service (its
-// labels are copied from the Service's) to the cluster. The headless Service
-// is usually named after the cluster, but a member may record another (an
-// adopted cluster's), so any slice of the cluster's but the client Service's
-// counts.
 // clustersUsingSecret maps a Secret to the clusters whose members mount it
 // or whose operator reads it.
 func (r *Reconciler) clustersUsingSecret(ctx context.Context, o client.Object) []reconcile.Request {
@@ -284,6 +279,11 @@ func (r *Reconciler) clustersUsingSecret(ctx context.Context, o client.Object) [
 	return out
 }
 
+// clusterOfSlice maps an EndpointSlice of a cluster's headless Service (its
+// labels are copied from the Service's) to the cluster. The headless Service
+// is usually named after the cluster, but a member may record another (an
+// adopted cluster's), so any slice of the cluster's but the client Service's
+// counts.
 func clusterOfSlice(_ context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[manifest.LabelCluster]
 	svc := o.GetLabels()[discoveryv1.LabelServiceName]

@@ -92,8 +92,9 @@ func (r *Reconciler) readRecoverySnapshot(ctx context.Context, w *world) {
 }
 
 // readSecrets reads the Secrets the running members mount (through package
-// secretcache: from the API server only when they changed). A missing Secret or key is
-// recorded, not an error: the members report it, and a roll-out holds.
+// secretcache: from the API server only when they changed). A missing
+// Secret or key is recorded, not an error: the members report it, and a
+// roll-out holds.
 func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
 	for _, m := range w.running() {
 		for _, u := range manifest.MountedSecrets(m) {

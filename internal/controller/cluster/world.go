@@ -32,8 +32,8 @@ type world struct {
 	// Service list, by Service name: what cluster DNS answers from.
 	published map[string]map[string]bool
 	// secrets are the Secrets the running members mount, by name (read
-	// from the API server); secretProblem says which one, or which key of
-	// one, is missing.
+	// through package secretcache); secretProblem says which one, or which
+	// key of one, is missing.
 	secrets       map[string]*corev1.Secret
 	secretProblem string
 	// joinGate: the operator's image is configured, so a joining member's

@@ -186,8 +186,9 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 }
 
 // readSecrets reads the Secrets the member mounts (through package
-// secretcache: from the API server only when they changed) and returns their material's hashes, or what is missing:
-// a Secret, or a key in one, named with what the member needs it for.
+// secretcache: from the API server only when they changed) and returns
+// their material's hashes, or what is missing: a Secret, or a key in one,
+// named with what the member needs it for.
 func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (hashes, problem string, err error) {
 	uses := manifest.MountedSecrets(m)
 	secrets := map[string]*corev1.Secret{}
