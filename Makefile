@@ -106,8 +106,9 @@ cli: cli-completions ## Build kubectl-etcd for linux and darwin on amd64 and arm
 DIST := dist
 RELEASE_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 IMAGE_PLATFORMS := linux/amd64 linux/arm64
-# The chart's version: the tag without its v, or 0.0.0-<describe> between tags.
-CHART_VERSION ?= $(shell v=$$(echo '$(VERSION)' | sed 's/^v//'); if [[ $$v =~ ^[0-9]+\.[0-9]+\.[0-9]+ ]]; then echo "$$v"; else echo "0.0.0-$$v"; fi)
+# The chart's version: the tag without its v, or 0.0.0-dev-<describe> between
+# tags (hack/chart-version.sh).
+CHART_VERSION ?= $(shell hack/chart-version.sh '$(VERSION)')
 RELEASE_LDFLAGS = -s -w -X main.version=$(VERSION)
 
 .PHONY: release

@@ -426,3 +426,38 @@ func TestSBOM(t *testing.T) {
 		t.Errorf("the SBOM lists %d operator binaries and controller-runtime %d times, want 2 and 1", binaries, controllerRuntime)
 	}
 }
+
+// TestChartVersionOfAnyDescribe packages the chart with the version
+// hack/chart-version.sh gives for each kind of `git describe` output, as
+// make release does. A commit between tags can be all digits with a
+// leading zero (0869528): made the pre-release of 0.0.0 as it is, Helm
+// refused it and make release failed on that commit alone.
+func TestChartVersionOfAnyDescribe(t *testing.T) {
+	bin, err := tools.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, describe := range []string{"0869528", "0869528-dirty", "1234567", "abc1234", "v1.2.0", "v1.2.0-3-g0123abc", "v1.2.0-rc.1-dirty", "dev"} {
+		out, err := exec.Command(filepath.Join(root, "hack", "chart-version.sh"), describe).Output()
+		if err != nil {
+			t.Fatalf("chart-version.sh %s: %v", describe, err)
+		}
+		version := strings.TrimSpace(string(out))
+		if strings.HasPrefix(describe, "v1.2.0") && version != strings.TrimPrefix(describe, "v") {
+			t.Errorf("on a tag, %s gave chart version %s, want the tag without its v", describe, version)
+		}
+		dir := t.TempDir()
+		cmd := exec.Command(filepath.Join(bin, "helm"), "package", filepath.Join(root, "charts", "etcd-operator"), "--version", version, "--app-version", describe, "-d", dir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("describe %s: helm package --version %s: %v\n%s", describe, version, err, out)
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, "etcd-operator-"+version+".tgz")); err != nil {
+			t.Errorf("describe %s: %v", describe, err)
+		}
+	}
+}
