@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,9 @@ type step struct {
 	// Group numbers the steps in the order they start: steps written
 	// joined by "+" share a group and run at the same time.
 	Group int `json:"group"`
+	// Said is the last lines a failed step printed: the summary quotes
+	// them when no test of its tier failed (a build or a make recipe did).
+	Said []string `json:"said,omitempty"`
 }
 
 const (
@@ -160,7 +164,8 @@ func (r *runner) runGroup(group []step, stop <-chan os.Signal, mu *sync.Mutex) b
 	for i := range group {
 		wg.Go(func() {
 			s := &group[i]
-			status, intr := r.runStep(s.Target, s.Tier, len(group) > 1, signals[i])
+			said := &lastLines{keep: stepSaidLines}
+			status, intr := r.runStep(s.Target, s.Tier, len(group) > 1, signals[i], said)
 			if intr {
 				interrupted.Store(true)
 			}
@@ -168,7 +173,7 @@ func (r *runner) runGroup(group []step, stop <-chan os.Signal, mu *sync.Mutex) b
 			defer mu.Unlock()
 			s.Seconds, s.Exit, s.State = time.Since(s.Started).Seconds(), status, passed
 			if status != 0 {
-				s.State = failed
+				s.State, s.Said = failed, said.lines()
 			}
 		})
 	}
@@ -213,7 +218,7 @@ func groupAt(plan []step, first int) []step {
 
 func (r *runner) dryRun(plan []step) int {
 	for _, s := range plan {
-		if status, _ := r.runStep(s.Target, s.Tier, false, nil); status != 0 {
+		if status, _ := r.runStep(s.Target, s.Tier, false, nil, nil); status != 0 {
 			return status
 		}
 	}
@@ -231,21 +236,26 @@ func firstNonZero(a, b int) int {
 // prerequisite, and returns its exit status (128 plus the signal's number
 // if a signal killed it) and whether the run was interrupted meanwhile. A
 // step that runs beside others has each line of its output prefixed with
-// its tier, so that the lines of the steps do not mix.
-func (r *runner) runStep(target, tier string, beside bool, stop <-chan os.Signal) (int, bool) {
+// its tier, so that the lines of the steps do not mix. said, if not nil,
+// keeps the step's last lines.
+func (r *runner) runStep(target, tier string, beside bool, stop <-chan os.Signal, said *lastLines) (int, bool) {
 	cmd := exec.Command(r.make, "--no-print-directory", target)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if beside {
+	if beside || said != nil {
 		pr, pw, err := os.Pipe()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "testtimes:", err)
 			return 127, false
 		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, pw, pw
+		cmd.Stdout, cmd.Stderr = pw, pw
+		prefix := ""
+		if beside {
+			cmd.Stdin, prefix = nil, "["+tier+"] "
+		}
 		copied := make(chan struct{})
 		go func() {
 			defer close(copied)
-			prefixLines(os.Stdout, pr, "["+tier+"] ")
+			prefixLines(os.Stdout, pr, prefix, said)
 		}()
 		defer func() {
 			// A process the step left running may hold the pipe open: its
@@ -284,14 +294,18 @@ func (r *runner) runStep(target, tier string, beside bool, stop <-chan os.Signal
 // prefixMu keeps whole lines: one step's line is written at a time.
 var prefixMu sync.Mutex
 
-// prefixLines copies r to w line by line, each line prefixed, until r ends.
-func prefixLines(w io.Writer, r io.Reader, prefix string) {
+// prefixLines copies r to w line by line, each line prefixed, until r
+// ends; said, if not nil, keeps the last of them.
+func prefixLines(w io.Writer, r io.Reader, prefix string, said *lastLines) {
 	br := bufio.NewReader(r)
 	for {
 		line, err := br.ReadString('\n')
 		if line != "" {
 			if !strings.HasSuffix(line, "\n") {
 				line += "\n"
+			}
+			if said != nil {
+				said.add(line)
 			}
 			prefixMu.Lock()
 			_, _ = io.WriteString(w, prefix+line)
@@ -301,6 +315,43 @@ func prefixLines(w io.Writer, r io.Reader, prefix string) {
 			return
 		}
 	}
+}
+
+// stepSaidLines is how many of a failed step's last lines the summary
+// quotes: make's error and the lines just before it.
+const stepSaidLines = 6
+
+// lastLines keeps the last non-blank lines written, at most keep of them.
+type lastLines struct {
+	keep  int
+	mu    sync.Mutex
+	ring  []string
+	start int
+}
+
+func (l *lastLines) add(line string) {
+	line = strings.TrimRight(line, " \t\r\n")
+	if strings.TrimSpace(line) == "" {
+		return
+	}
+	const longest = 300 // a line of JSON or a long command is cut
+	if len(line) > longest {
+		line = line[:longest] + "…"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ring) < l.keep {
+		l.ring = append(l.ring, line)
+		return
+	}
+	l.ring[l.start] = line
+	l.start = (l.start + 1) % l.keep
+}
+
+func (l *lastLines) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append(slices.Clone(l.ring[l.start:]), l.ring[:l.start]...)
 }
 
 func exitStatus(err error) int {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -64,15 +65,33 @@ func summarize(dir string, top, subtests int) (*summary, error) {
 		if t.Result != notRun && t.TimedBy == "events" {
 			sum.TotalSeconds += t.Seconds
 		}
+		var failures []failure
 		if te != nil {
 			all = append(all, te.tests...)
-			sum.Failures = append(sum.Failures, te.failures(name)...)
+			failures = te.failures(name)
 		}
+		if len(failures) == 0 {
+			failures = stepFailures(t)
+		}
+		sum.Failures = append(sum.Failures, failures...)
 	}
 	sum.TotalSeconds += stepsWallTime(sum.Tiers)
 	sum.SlowestTests, sum.TestCount = slowest(all, top, true)
 	sum.SlowestSubtests, sum.SubtestCount = slowest(all, subtests, false)
 	return sum, nil
+}
+
+// stepFailures lists a tier's failed steps, with what each said last: a
+// tier whose make failed without a failing test (a build, a recipe, a
+// timeout of make's own).
+func stepFailures(t tierTime) []failure {
+	var out []failure
+	for _, s := range t.Steps {
+		if s.State == failed {
+			out = append(out, failure{Tier: t.Name, Test: "make " + s.Target, What: fmt.Sprintf("exit %d", s.Exit), Said: s.Said})
+		}
+	}
+	return out
 }
 
 // stepsWallTime is the wall time of the steps of the tiers timed by make:
