@@ -205,45 +205,49 @@ func TestMakeFlag(t *testing.T) {
 // step, and the output still reaches the terminal.
 func TestAFailedRecipeIsQuoted(t *testing.T) {
 	for _, steps := range [][]string{{"release:release"}, {"sandbox:run-sandbox+release:release"}} {
-		t.Run(strings.Join(steps, " "), func(t *testing.T) {
-			dir := t.TempDir()
-			makeCmd := filepath.Join(dir, "make")
-			script := "#!/bin/sh\n" +
-				"[ \"$2\" = release ] || exit 0\n" +
-				"for i in 1 2 3 4 5 6 7 8; do echo \"building $i\"; done\n" +
-				"echo\n" +
-				"echo 'Error: version segment starts with 0' >&2\n" +
-				"echo 'make: *** [Makefile:119: release] Error 1' >&2\n" +
-				"exit 2\n"
-			if err := os.WriteFile(makeCmd, []byte(script), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			plan, err := parseSteps(steps)
-			if err != nil {
-				t.Fatal(err)
-			}
-			times := filepath.Join(dir, "times")
-			out := captureStdout(t, func() {
-				r := &runner{dir: times, make: makeCmd}
-				if code, err := r.run(plan); err != nil || code != 2 {
-					t.Errorf("run = %d, %v; want release's status 2", code, err)
-				}
-			})
-			if !strings.Contains(out, "building 8\n") {
-				t.Errorf("the step's output did not reach the terminal: %q", out)
-			}
-			sum, err := summarize(times, 10, 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			text := sum.text()
-			want := "  make release said last:\n" +
-				"      building 5\n      building 6\n      building 7\n      building 8\n" +
-				"      Error: version segment starts with 0\n" +
-				"      make: *** [Makefile:119: release] Error 1\n"
-			if !strings.HasSuffix(text, want) {
-				t.Errorf("summary ends\n%s\nwant it to end\n%s", text, want)
-			}
-		})
+		t.Run(strings.Join(steps, " "), func(t *testing.T) { failARecipe(t, steps) })
+	}
+}
+
+// failARecipe runs steps with a make whose release target prints lines and
+// fails, and checks what reached the terminal and what the summary quotes.
+func failARecipe(t *testing.T, steps []string) {
+	dir := t.TempDir()
+	makeCmd := filepath.Join(dir, "make")
+	script := "#!/bin/sh\n" +
+		"[ \"$2\" = release ] || exit 0\n" +
+		"for i in 1 2 3 4 5 6 7 8; do echo \"building $i\"; done\n" +
+		"echo\n" +
+		"echo 'Error: version segment starts with 0' >&2\n" +
+		"echo 'make: *** [Makefile:119: release] Error 1' >&2\n" +
+		"exit 2\n"
+	if err := os.WriteFile(makeCmd, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := parseSteps(steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	times := filepath.Join(dir, "times")
+	out := captureStdout(t, func() {
+		r := &runner{dir: times, make: makeCmd}
+		if code, err := r.run(plan); err != nil || code != 2 {
+			t.Errorf("run = %d, %v; want release's status 2", code, err)
+		}
+	})
+	if !strings.Contains(out, "building 8\n") {
+		t.Errorf("the step's output did not reach the terminal: %q", out)
+	}
+	sum, err := summarize(times, 10, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := sum.text()
+	want := "  make release said last:\n" +
+		"      building 5\n      building 6\n      building 7\n      building 8\n" +
+		"      Error: version segment starts with 0\n" +
+		"      make: *** [Makefile:119: release] Error 1\n"
+	if !strings.HasSuffix(text, want) {
+		t.Errorf("summary ends\n%s\nwant it to end\n%s", text, want)
 	}
 }
