@@ -275,7 +275,7 @@ test-e2e: $(E2E_DEPS) ## The operator's core end-to-end suites on a sandbox of t
 .PHONY: run-e2e
 run-e2e:
 	E2E_CHART="$$(ls $(CURDIR)/$(DIST)/etcd-operator-*.tgz 2>/dev/null | head -n1)" \
-		$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 40m -parallel 2 -run '^($(E2E_CORE))$$' -skip '$(E2E_CORE_SKIP)' ./test/e2e/... | $(RECORD) e2e
+		$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 40m -parallel 3 -run '^($(E2E_CORE))$$' -skip '$(E2E_CORE_SKIP)' ./test/e2e/... | $(RECORD) e2e
 
 # What run-sandbox, run-integration and run-e2e need, built once before they
 # run beside other steps.
