@@ -148,6 +148,9 @@ func (noHooks) Injecting() bool                            { return false }
 // runLife runs one manager until ctx ends: fresh caches, fresh controllers.
 func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metrics.Metrics, hooks lifeHooks) error {
 	restCfg := ctrl.GetConfigOrDie()
+	// Every request of the manager's clients, caches, leader election and
+	// metrics reviews is counted by verb and resource.
+	restCfg.Wrap(m.Requests.Transport)
 	watch := liveNamespaces(ctx, restCfg, opts.watchNamespaces)
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        scheme,

@@ -16,6 +16,8 @@ import (
 // so "the operator writes nothing at steady state" can be measured exactly.
 type Requests struct {
 	writes, reads *prometheus.CounterVec
+	// all counts every request of the process, at its transport.
+	all *prometheus.CounterVec
 }
 
 // NewRequests creates the counters and registers them.
@@ -29,8 +31,12 @@ func NewRequests(reg prometheus.Registerer) *Requests {
 			Namespace: "etcd_operator", Name: "api_uncached_reads_total",
 			Help: "API reads the controllers made past the cache, by verb and kind.",
 		}, []string{"verb", "kind"}),
+		all: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "etcd_operator", Name: "api_requests_total",
+			Help: "Every request the operator's process sent to the API server (caches, leader election, discovery and reviews included), by verb and resource.",
+		}, []string{"verb", "resource"}),
 	}
-	reg.MustRegister(r.writes, r.reads)
+	reg.MustRegister(r.writes, r.reads, r.all)
 	return r
 }
 

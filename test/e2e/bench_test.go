@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -488,6 +489,12 @@ func steadyState(t *testing.T, ns string, n int) []result {
 	writes := (after.operatorWrites - before.operatorWrites) / window.Seconds()
 	uncached := (after.operatorReads - before.operatorReads) / window.Seconds()
 	reads := (after.clientGets - before.clientGets) / window.Seconds()
+	byResource := map[string]float64{}
+	for k, v := range after.requests {
+		if d := v - before.requests[k]; d > 0 {
+			byResource[k] = d / window.Seconds()
+		}
+	}
 	rss := after.rss / (1 << 20)
 	cpu := (after.cpu - before.cpu) / window.Seconds()
 	reconciles := (after.reconciles - before.reconciles) / window.Seconds()
@@ -501,6 +508,12 @@ func steadyState(t *testing.T, ns string, n int) []result {
 		row(label+": operator RSS", rss, "MiB", "< 150", 150),
 		row(label+": operator CPU (average over the window)", cpu*1000, "millicores", "(reported)", 0),
 		row(label+": reconciles, every controller", reconciles, "per s", "(reported)", 0),
+	}
+	// Where the client's requests went, by verb and resource (the
+	// process's transport counts them all: caches, leader election,
+	// discovery, reviews).
+	for _, k := range slices.Sorted(maps.Keys(byResource)) {
+		out = append(out, row(label+": API requests, "+k, byResource[k], "req/s", "(reported)", 0))
 	}
 	if n != 30 {
 		// Linear in the clusters (an upper bound: some reads are the
@@ -556,7 +569,11 @@ func countLeaseRenewals(t *testing.T) func() int {
 	}
 }
 
-type sample struct{ operatorWrites, operatorReads, clientGets, rss, cpu, reconciles float64 }
+type sample struct {
+	operatorWrites, operatorReads, clientGets, rss, cpu, reconciles float64
+	// requests is etcd_operator_api_requests_total by "verb resource".
+	requests map[string]float64
+}
 
 // operatorMetrics scrapes the main operator's secure metrics endpoint at its
 // Pod IP, as a scraper bound to the chart's metrics-reader role.
@@ -566,9 +583,11 @@ func operatorMetrics(t *testing.T) sample {
 	if code != http.StatusOK {
 		t.Fatalf("operator metrics: %d %.300s", code, body)
 	}
-	var s sample
+	s := sample{requests: map[string]float64{}}
 	scrapeLines(body, func(name string, v float64) {
 		switch {
+		case strings.HasPrefix(name, "etcd_operator_api_requests_total{"):
+			s.requests[metricLabel(name, "verb")+" "+metricLabel(name, "resource")] += v
 		case strings.HasPrefix(name, "etcd_operator_api_writes_total{"):
 			s.operatorWrites += v
 		case strings.HasPrefix(name, "etcd_operator_api_uncached_reads_total{"):
@@ -624,6 +643,17 @@ var (
 	benchScraper     string
 	benchScraperOnce sync.Once
 )
+
+// metricLabel is the value of a label in a scraped series' name
+// (name{a="x",b="y"}).
+func metricLabel(series, label string) string {
+	_, rest, ok := strings.Cut(series, label+`="`)
+	if !ok {
+		return ""
+	}
+	value, _, _ := strings.Cut(rest, `"`)
+	return value
+}
 
 func scrapeLines(body string, each func(name string, value float64)) {
 	scrapeReader(strings.NewReader(body), each)
