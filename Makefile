@@ -203,8 +203,9 @@ sandbox-bin: ## Build the sandbox binary into bin/sandbox.
 	$(GO) build -o bin/sandbox ./cmd/sandbox
 
 .PHONY: sandbox
-sandbox: tools sandbox-deps sandbox-bin image ## Run the operator on a local 3-node sandbox with a 3-member etcd cluster and MinIO, and print what to try.
-	$(TOOLS_ENV) bin/sandbox up
+SANDBOX_WITH ?=
+sandbox: tools sandbox-deps sandbox-bin image ## Run the operator on a local 3-node sandbox with a 3-member etcd cluster and MinIO, and print what to try (SANDBOX_WITH=prometheus,cert-manager adds those).
+	$(TOOLS_ENV) bin/sandbox up $(if $(SANDBOX_WITH),--with $(SANDBOX_WITH))
 	$(TOOLS_ENV) hack/sandbox-install.sh .sandbox $(IMAGE_TAR)
 	@echo
 	@echo "The operator runs and etcd cluster 'example' is Available. Try:"
@@ -265,7 +266,7 @@ run-integration-full:
 # The end-to-end suites of make test: what only real nodes prove, within its
 # 20-minute budget. Every other suite runs in make test-full; docs/testing.md
 # names what proves the same in make test.
-E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestPeerPartitionDuringRoll|TestMigrate|TestTLSModes|TestSnapshotAndRestore
+E2E_CORE := TestDrainKeepsQuorum|TestNodeLossReplacesMember|TestPeerPartitionDuringRoll|TestMigrate|TestTLSModes|TestSnapshotAndRestore|TestSandboxPrometheus
 E2E_CORE_SKIP := ^TestSnapshotAndRestore$$/^failures$$
 E2E_DEPS := tools sandbox-deps sandbox-bin image $(TESTTIMES)
 .PHONY: test-e2e

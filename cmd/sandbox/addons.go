@@ -8,15 +8,25 @@ import (
 	"time"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox"
+	"github.com/seed74754924/etcd-operator/internal/sandbox/prometheus"
 )
 
 // knownAddons are what `up --with` installs, in this order.
-var knownAddons = []string{"cert-manager"}
+var knownAddons = []string{"cert-manager", "prometheus"}
+
+// sandboxRelease is the operator's release `make sandbox` installs
+// (hack/sandbox-install.sh), which the Prometheus add-on scrapes.
+var sandboxRelease = prometheus.Release{Name: "etcd-operator", Namespace: "etcd-operator-system"}
 
 // addonInstallers install one add-on each and say what is ready.
 var addonInstallers = map[string]func(context.Context, *sandbox.Sandbox) (string, error){
 	"cert-manager": func(ctx context.Context, s *sandbox.Sandbox) (string, error) {
 		return "cert-manager is ready (CA and SelfSigned issuers; no webhook)", s.InstallCertManager(ctx, 3*time.Minute)
+	},
+	"prometheus": func(ctx context.Context, s *sandbox.Sandbox) (string, error) {
+		url, err := s.InstallPrometheus(ctx, sandboxRelease, 3*time.Minute)
+		return fmt.Sprintf("Prometheus is ready at %s (from this host): it scrapes the operator's release %s in %s and its etcd members "+
+			"as the chart's monitors say, and evaluates the chart's alerts (%s/alerts)", url, sandboxRelease.Name, sandboxRelease.Namespace, url), err
 	},
 }
 

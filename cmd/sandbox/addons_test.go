@@ -14,6 +14,7 @@ func TestAddonsFlag(t *testing.T) {
 		{args: []string{"cert-manager"}, want: []string{"cert-manager"}},
 		{args: []string{"cert-manager", "cert-manager"}, want: []string{"cert-manager"}},
 		{args: []string{"cert-manager,cert-manager"}, want: []string{"cert-manager"}},
+		{args: []string{"prometheus,cert-manager"}, want: []string{"prometheus", "cert-manager"}},
 		{args: []string{"istio"}, wantErr: true},
 	} {
 		var a addons

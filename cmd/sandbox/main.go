@@ -4,7 +4,7 @@
 // injection, all in a network namespace, a mount namespace and a cgroup of
 // its own.
 //
-//	sandbox up [--dir D] [--nodes N] [--name ID] [--pod-cidr CIDR] [--max-backoff 5m] [--with cert-manager]
+//	sandbox up [--dir D] [--nodes N] [--name ID] [--pod-cidr CIDR] [--max-backoff 5m] [--with cert-manager,prometheus]
 //	sandbox down [--dir D] [--name ID]
 //	sandbox status [--dir D]
 //	sandbox fault kill NS/POD [CONTAINER] | stop-node NODE | start-node NODE |
@@ -115,7 +115,7 @@ func up(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.MaxBackoff, "max-backoff", 0, "cap of CrashLoopBackOff (default the kubelet's 5m)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "how long to wait for the nodes (default 5m)")
 	var with addons
-	fs.Var(&with, "with", "also install an add-on and wait until it is ready (repeatable or comma-separated): cert-manager")
+	fs.Var(&with, "with", "also install an add-on and wait until it is ready (repeatable or comma-separated): "+strings.Join(knownAddons, ", "))
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}

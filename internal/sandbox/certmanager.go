@@ -40,21 +40,23 @@ func (s *Sandbox) InstallCertManager(ctx context.Context, timeout time.Duration)
 	if err := certmanager.Install(ctx, cfg, crds, image.Refs[0]); err != nil {
 		return fmt.Errorf("installing cert-manager: %w", err)
 	}
-	return waitCertManager(ctx, timeout, func(ctx context.Context) (bool, string, error) {
+	_, err = waitAddon(ctx, "cert-manager", timeout, func(ctx context.Context) (bool, string, error) {
 		return certmanager.Ready(ctx, cfg, crds)
 	})
+	return err
 }
 
-// waitCertManager polls ready until it holds or timeout passes, and then
-// says what was still missing.
-func waitCertManager(ctx context.Context, timeout time.Duration, ready func(context.Context) (bool, string, error)) error {
+// waitAddon polls ready until it holds or timeout passes, and then says
+// what was still missing. ready's text is what is missing while it does not
+// hold, and what it returns once it does.
+func waitAddon(ctx context.Context, what string, timeout time.Duration, ready func(context.Context) (bool, string, error)) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last string
 	for {
 		ok, why, err := ready(ctx)
 		if ok {
-			return nil
+			return why, nil
 		}
 		if err != nil {
 			why = err.Error()
@@ -62,7 +64,7 @@ func waitCertManager(ctx context.Context, timeout time.Duration, ready func(cont
 		last = why
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("cert-manager not ready within %s: %s", timeout, last)
+			return "", fmt.Errorf("%s not ready within %s: %s", what, timeout, last)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +18,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/seed74754924/etcd-operator/internal/promconfig"
 )
 
 // prometheusServer is a real Prometheus (the toolchain's build) run on the
@@ -44,26 +45,20 @@ func startPrometheus(t *testing.T, ns string) *prometheusServer {
 	if err := os.WriteFile(tokenFile, []byte(scraperToken(t, "prometheus-"+ns, true)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var jobs []any
-	for _, o := range objects {
-		switch o.GetKind() {
-		case "ServiceMonitor":
-			jobs = append(jobs, monitorJob(t, o, "endpointslice", tokenFile))
-		case "PodMonitor":
-			jobs = append(jobs, monitorJob(t, o, "pod", tokenFile))
-		case "PrometheusRule":
-			spec, _, _ := unstructured.NestedMap(o.Object, "spec")
-			writeYAML(t, filepath.Join(dir, "rules.yaml"), spec)
+	cfg, err := promconfig.Translate(objects, promconfig.Options{
+		KubeconfigFile: kubeconfigPath, TokenFile: tokenFile, RuleFile: filepath.Join(dir, "rules.yaml"), Interval: "5s",
+	})
+	if err != nil {
+		t.Fatalf("the chart's monitors: %v", err)
+	}
+	if len(cfg.Jobs) != 2 || cfg.Rules == nil {
+		t.Fatalf("the chart rendered jobs %v and rules %t, want a ServiceMonitor, a PodMonitor and a PrometheusRule", cfg.Jobs, cfg.Rules != nil)
+	}
+	for name, data := range map[string][]byte{"prometheus.yaml": cfg.Prometheus, "rules.yaml": cfg.Rules} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if len(jobs) != 2 {
-		t.Fatalf("the chart rendered %d monitors, want a ServiceMonitor and a PodMonitor", len(jobs))
-	}
-	writeYAML(t, filepath.Join(dir, "prometheus.yaml"), map[string]any{
-		"global":         map[string]any{"scrape_interval": "5s", "evaluation_interval": "5s"},
-		"rule_files":     []string{filepath.Join(dir, "rules.yaml")},
-		"scrape_configs": jobs,
-	})
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -126,90 +121,6 @@ func renderMonitoring(t *testing.T, ns string) []*unstructured.Unstructured {
 		}
 	}
 	return objects
-}
-
-// notInLabelName is what a service discovery meta label name cannot hold.
-var notInLabelName = regexp.MustCompile(`[^a-zA-Z0-9_]`)
-
-// labelName is a Kubernetes label as a service discovery meta label names
-// it.
-func labelName(l string) string { return notInLabelName.ReplaceAllString(l, "_") }
-
-// monitorJob is the scrape job of a ServiceMonitor (role endpointslice) or
-// PodMonitor (role pod): its selector, namespaces and first endpoint.
-func monitorJob(t *testing.T, o *unstructured.Unstructured, role, tokenFile string) map[string]any {
-	t.Helper()
-	meta := "__meta_kubernetes_pod_label"
-	portLabel := "__meta_kubernetes_pod_container_port_name"
-	endpointsField := "podMetricsEndpoints"
-	if role == "endpointslice" {
-		meta, portLabel, endpointsField = "__meta_kubernetes_service_label", "__meta_kubernetes_endpointslice_port_name", "endpoints"
-	}
-	var relabel []any
-	keep := func(label, regex string) {
-		relabel = append(relabel, map[string]any{"source_labels": []string{label}, "regex": regex, "action": "keep"})
-	}
-	matchLabels, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
-	for k, v := range matchLabels {
-		keep(meta+"_"+labelName(k), regexp.QuoteMeta(v))
-	}
-	exprs, _, _ := unstructured.NestedSlice(o.Object, "spec", "selector", "matchExpressions")
-	for _, e := range exprs {
-		e := e.(map[string]any)
-		if e["operator"] != "Exists" {
-			t.Fatalf("%s: selector operator %v is not translated here", o.GetName(), e["operator"])
-		}
-		keep(strings.Replace(meta, "_label", "_labelpresent", 1)+"_"+labelName(e["key"].(string)), "true")
-	}
-	endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", endpointsField)
-	if len(endpoints) != 1 {
-		t.Fatalf("%s: %d endpoints, want 1", o.GetName(), len(endpoints))
-	}
-	ep := endpoints[0].(map[string]any)
-	keep(portLabel, regexp.QuoteMeta(ep["port"].(string)))
-	for _, r := range asSlice(ep["relabelings"]) {
-		r := r.(map[string]any)
-		relabel = append(relabel, map[string]any{"source_labels": r["sourceLabels"], "target_label": r["targetLabel"]})
-	}
-	namespaces, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "namespaceSelector", "matchNames")
-	job := map[string]any{
-		"job_name":        strings.ToLower(o.GetKind()) + "/" + o.GetNamespace() + "/" + o.GetName(),
-		"scrape_interval": ep["interval"], "metrics_path": ep["path"], "scheme": orDefault(ep["scheme"], "http"),
-		"kubernetes_sd_configs": []any{map[string]any{"role": role, "kubeconfig_file": kubeconfigPath,
-			"namespaces": map[string]any{"names": namespaces}}},
-		"relabel_configs": relabel,
-	}
-	if ep["bearerTokenFile"] != nil {
-		// The Pod's own token in the cluster; here the scraper's.
-		job["authorization"] = map[string]any{"credentials_file": tokenFile}
-	}
-	if skip, _, _ := unstructured.NestedBool(ep, "tlsConfig", "insecureSkipVerify"); skip {
-		job["tls_config"] = map[string]any{"insecure_skip_verify": true}
-	}
-	return job
-}
-
-func asSlice(v any) []any {
-	s, _ := v.([]any)
-	return s
-}
-
-func orDefault(v any, d string) any {
-	if v == nil {
-		return d
-	}
-	return v
-}
-
-func writeYAML(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // get asks Prometheus's HTTP API and decodes its data.
