@@ -209,7 +209,7 @@ var suiteNamespaces = []string{
 	"e2e-drain", "e2e-specedit", "e2e-deadline", "e2e-deletion", "e2e-tls", "e2e-bench",
 	"e2e-leader", "e2e-clientservice", "e2e-claimloss", "e2e-concurrent", "e2e-nsdelete",
 	"e2e-upgrade", "e2e-versions", "e2e-settings", "e2e-rollstuck", kubectlNS,
-	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager", "e2e-tlsmodes", "e2e-peercut", "e2e-snapverify", "e2e-recover", "e2e-recoversnap", "e2e-defrag", "e2e-nospace",
+	"e2e-snapshot", "e2e-snaptls", "e2e-rotate", "e2e-auth", "e2e-certmanager", "e2e-tlsmodes", "e2e-peercut", "e2e-snapverify", "e2e-recover", "e2e-recoversnap", "e2e-defrag", "e2e-nospace", "e2e-prom",
 }
 
 // chartPath is the chart the suites install: make test installs the one

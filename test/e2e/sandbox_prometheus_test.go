@@ -21,7 +21,11 @@ func TestSandboxPrometheus(t *testing.T) {
 	ns := namespace(t, "e2e-prom")
 	const name = "prom"
 	newCluster(t, ns, name, 1)
-	addr, err := sb.InstallPrometheus(context.Background(), prometheus.Release{Name: operatorRelease, Namespace: operatorNS}, 3*time.Minute)
+	// The release as the suites installed it: watching their namespaces.
+	release := prometheus.Release{Name: operatorRelease, Namespace: operatorNS, Values: map[string]any{
+		"manager": map[string]any{"watchNamespaces": suiteNamespaces},
+	}}
+	addr, err := sb.InstallPrometheus(context.Background(), release, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
