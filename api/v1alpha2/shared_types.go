@@ -99,6 +99,7 @@ type SnapshotLocation struct {
 }
 
 // S3Location addresses an object, or a key prefix, in an S3-compatible store.
+// +kubebuilder:validation:XValidation:rule="!has(self.webIdentity) || !has(self.credentialsSecretRef) || !has(self.credentialsSecretRef.name) || self.credentialsSecretRef.name == ”",message="set at most one of webIdentity and credentialsSecretRef: a web identity is traded for credentials at the STS, so there are no keys to read"
 type S3Location struct {
 	// Endpoint URL of the store, for example https://s3.example.com.
 	// +kubebuilder:validation:MinLength=1
@@ -117,6 +118,17 @@ type S3Location struct {
 	// endpoint (EKS Pod Identity, ECS), or the instance metadata service.
 	// +optional
 	CredentialsSecretRef corev1.LocalObjectReference `json:"credentialsSecretRef,omitempty"`
+	// WebIdentity has the agents trade a token of their Pod's ServiceAccount
+	// for the store's credentials at an STS (AssumeRoleWithWebIdentity). The
+	// operator projects the token into the agents' Pods itself, for the
+	// audience given, so no identity webhook is needed: for a store that
+	// trusts the cluster's ServiceAccount issuer (AWS IAM with an OpenID
+	// Connect provider for the cluster, MinIO with the API server as its
+	// OpenID provider). The ServiceAccount is the snapshot's
+	// serviceAccountName for snapshots and their verification, the members'
+	// for a restore at bootstrap.
+	// +optional
+	WebIdentity *S3WebIdentity `json:"webIdentity,omitempty"`
 	// CASecretRef names a Secret whose key ca.crt holds the PEM certificate
 	// of the CA that signed the endpoint's certificate, for a store whose CA
 	// is private; the public roots stay trusted too. Needs an https://
@@ -130,6 +142,27 @@ type S3Location struct {
 	// name (MinIO, Ceph RGW).
 	// +optional
 	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
+}
+
+// S3WebIdentity is how the agents' ServiceAccount token is traded for the
+// store's credentials.
+type S3WebIdentity struct {
+	// Audience the projected token is issued for: what the STS expects in
+	// its aud claim (sts.amazonaws.com for AWS; the client ID of MinIO's
+	// OpenID provider).
+	// +kubebuilder:validation:MinLength=1
+	Audience string `json:"audience"`
+	// RoleARN is the role to assume. AWS requires one; MinIO takes the role
+	// of its OpenID provider's role policy, or none when its policy comes
+	// from a claim.
+	// +optional
+	RoleARN string `json:"roleARN,omitempty"`
+	// STSEndpoint is the STS the token is traded at, for example the
+	// store's own endpoint for MinIO; AWS's STS when unset. It is trusted
+	// as the store is (caSecretRef).
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://')",message="webIdentity.stsEndpoint must be an http:// or https:// URL"
+	STSEndpoint string `json:"stsEndpoint,omitempty"`
 }
 
 // PVCLocation addresses a directory, or a file, on a PersistentVolumeClaim.

@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 )
 
@@ -102,9 +103,6 @@ func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
 	return &s3Store{c: c, bucket: cfg.Bucket, prefix: p}, nil
 }
 
-// envSTSEndpoint is the AWS SDKs' variable for the STS endpoint.
-const envSTSEndpoint = "AWS_ENDPOINT_URL_STS"
-
 // s3Credentials are the static keys when given; with neither key, the
 // standard AWS credential chain: the environment (AWS_ACCESS_KEY_ID...), the
 // shared credentials file, then the IAM sources: a web identity token file
@@ -122,11 +120,11 @@ func s3Credentials(cfg S3Config, transport http.RoundTripper) (*credentials.Cred
 		return nil, permanent(conditions.ReasonAgentMisconfigured, "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must both be set, or neither (the AWS credential chain)")
 	}
 	iam := &credentials.IAM{Client: &http.Client{Transport: transport}}
-	tokenFile := os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE")
+	tokenFile := os.Getenv(agentenv.EnvWebIdentityTokenFile)
 	if tokenFile != "" {
 		// Only then: without a token file the provider's endpoint is the
 		// instance metadata service's.
-		iam.Endpoint = os.Getenv(envSTSEndpoint)
+		iam.Endpoint = os.Getenv(agentenv.EnvSTSEndpoint)
 	}
 	return credentials.New(&credentialChain{
 		providers: []credentials.Provider{&credentials.EnvAWS{}, &credentials.FileAWSCredentials{}, iam},

@@ -23,6 +23,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
@@ -162,9 +163,9 @@ func TestS3CredentialsFromAWebIdentity(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
 	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
-	t.Setenv(envSTSEndpoint, endpoint)
+	t.Setenv(agentenv.EnvSTSEndpoint, endpoint)
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	t.Setenv(agentenv.EnvWebIdentityTokenFile, tokenFile)
 	loc := Location{Kind: "s3", S3: S3Config{Endpoint: endpoint, Bucket: "federated", Key: "db", ForcePathStyle: true}}
 	useToken := func(tok string) {
 		if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {

@@ -70,6 +70,8 @@ func restoreInitContainers(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Con
 	if m.Spec.Restore.Source.PVC != nil {
 		mounts = append(mounts, corev1.VolumeMount{Name: restoreSourceVol, MountPath: restoreSourcePath, ReadOnly: true})
 	}
+	_, token := webIdentityVolume(m.Spec.Restore.Source)
+	mounts = append(mounts, token...)
 	restore := corev1.Container{
 		Name:                     RestoreContainer,
 		Image:                    EtcdImage(opts.EtcdRepository, m.Spec.Version),
@@ -107,7 +109,7 @@ func restoreVolumes(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Volume {
 	if m.Spec.Restore == nil || opts.OperatorImage == "" {
 		return nil
 	}
-	var out []corev1.Volume
+	out, _ := webIdentityVolume(m.Spec.Restore.Source)
 	if pvc := m.Spec.Restore.Source.PVC; pvc != nil {
 		out = append(out, corev1.Volume{Name: restoreSourceVol, VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.ClaimName, ReadOnly: true},

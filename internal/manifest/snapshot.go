@@ -225,7 +225,7 @@ func locationEnv(l v1alpha2.SnapshotLocation, mountPath string) []corev1.EnvVar 
 		if ca := s3.CASecretRef; ca != nil && ca.Name != "" {
 			out = append(out, secretEnv(agentenv.EnvS3CABundle, ca.Name, "ca.crt"))
 		}
-		return out
+		return append(out, webIdentityEnv(s3.WebIdentity)...)
 	}
 	if pvc := l.PVC; pvc != nil {
 		return []corev1.EnvVar{
@@ -237,9 +237,49 @@ func locationEnv(l v1alpha2.SnapshotLocation, mountPath string) []corev1.EnvVar 
 	return nil
 }
 
+// webIdentityEnv points the AWS credential chain at the projected token
+// (webIdentityVolume), the role and the STS; nothing without a web identity.
+func webIdentityEnv(wi *v1alpha2.S3WebIdentity) []corev1.EnvVar {
+	if wi == nil {
+		return nil
+	}
+	out := []corev1.EnvVar{env(agentenv.EnvWebIdentityTokenFile, webIdentityPath+"/"+webIdentityToken)}
+	if wi.RoleARN != "" {
+		out = append(out, env(agentenv.EnvRoleARN, wi.RoleARN))
+	}
+	if wi.STSEndpoint != "" {
+		out = append(out, env(agentenv.EnvSTSEndpoint, wi.STSEndpoint))
+	}
+	return out
+}
+
+// Where an S3 location's web identity token is projected.
+const (
+	webIdentityVol   = "s3-web-identity"
+	webIdentityPath  = "/var/run/secrets/etcd-operator/s3-web-identity"
+	webIdentityToken = "token"
+	// webIdentityExpiry is the projected token's lifetime; the kubelet
+	// renews it at 80%, long before a snapshot's deadline.
+	webIdentityExpiry = 3600
+)
+
+// webIdentityVolume is the ServiceAccount token an S3 location's
+// webIdentity asks for, projected for its audience, and its mount; none
+// without one.
+func webIdentityVolume(l v1alpha2.SnapshotLocation) ([]corev1.Volume, []corev1.VolumeMount) {
+	if l.S3 == nil || l.S3.WebIdentity == nil {
+		return nil, nil
+	}
+	return []corev1.Volume{{Name: webIdentityVol, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience: l.S3.WebIdentity.Audience, ExpirationSeconds: ptr.To[int64](webIdentityExpiry), Path: webIdentityToken,
+			}}},
+		}}}},
+		[]corev1.VolumeMount{{Name: webIdentityVol, MountPath: webIdentityPath, ReadOnly: true}}
+}
+
 func snapshotVolumes(s *v1alpha2.EtcdSnapshot, c *v1alpha2.EtcdCluster) ([]corev1.Volume, []corev1.VolumeMount) {
-	var vols []corev1.Volume
-	var mounts []corev1.VolumeMount
+	vols, mounts := webIdentityVolume(s.Spec.Destination)
 	if mt := MemberTLSOf(c); mt != nil && mt.ClientServerSecretRef != nil {
 		// Only the CA of the server Secret: the agent never sees the
 		// server's key.

@@ -299,3 +299,51 @@ func TestSnapshotJobsRunAsTheNamedServiceAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestWebIdentityIsProjected: an S3 location with a web identity gets the
+// Pod's ServiceAccount token projected for its audience into each agent
+// that reaches the store (the snapshot, its verification, a restore), with
+// the SDKs' variables pointing at it, and no static keys.
+func TestWebIdentityIsProjected(t *testing.T) {
+	loc := v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://minio.backup.svc:9000", Bucket: "b", Key: "db",
+		WebIdentity: &v1alpha2.S3WebIdentity{Audience: "sts.minio", RoleARN: "arn:minio:iam:::role/x", STSEndpoint: "https://minio.backup.svc:9000"}}}
+	s := storedAt(loc, "s3://b/db/nightly.db")
+	snapshot := SnapshotJob(s, clusterWith(), nil, "op:1").Spec.Template.Spec
+	verify := VerifyJob(s, mustSource(t, s), nil, "op:1", "").Spec.Template.Spec
+	restoreLoc := *loc.S3
+	restoreLoc.Key = "db/nightly.db"
+	restore := Pod(member(restored(v1alpha2.SnapshotLocation{S3: &restoreLoc})), restoreOpts).Spec
+	for name, tc := range map[string]struct {
+		spec  corev1.PodSpec
+		agent corev1.Container
+	}{
+		"snapshot": {snapshot, snapshot.Containers[0]},
+		"verify":   {verify, verify.Containers[0]},
+		"restore":  {restore, restore.InitContainers[1]},
+	} {
+		var token *corev1.ServiceAccountTokenProjection
+		for _, v := range tc.spec.Volumes {
+			if v.Name == webIdentityVol && v.Projected != nil && len(v.Projected.Sources) == 1 {
+				token = v.Projected.Sources[0].ServiceAccountToken
+			}
+		}
+		if token == nil || token.Audience != "sts.minio" || token.Path != "token" {
+			t.Errorf("%s: projected token %+v, want one for audience sts.minio", name, token)
+		}
+		mounted := slices.ContainsFunc(tc.agent.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == webIdentityVol && m.MountPath == webIdentityPath && m.ReadOnly
+		})
+		if !mounted {
+			t.Errorf("%s: the agent %s does not mount the token: %+v", name, tc.agent.Name, tc.agent.VolumeMounts)
+		}
+		checkEnv(t, tc.agent, map[string]string{
+			"AWS_WEB_IDENTITY_TOKEN_FILE": webIdentityPath + "/token", "AWS_ROLE_ARN": "arn:minio:iam:::role/x",
+			"AWS_ENDPOINT_URL_STS": "https://minio.backup.svc:9000",
+		}, []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, nil)
+	}
+	// Without one, nothing is projected.
+	plain := SnapshotJob(snapshotOf(toS3), clusterWith(), nil, "op:1").Spec.Template.Spec
+	if slices.ContainsFunc(plain.Volumes, func(v corev1.Volume) bool { return v.Name == webIdentityVol }) {
+		t.Error("a location without a web identity got a projected token")
+	}
+}

@@ -126,6 +126,8 @@ func verifyContainer(s *v1alpha2.EtcdSnapshot, src v1alpha2.SnapshotLocation, et
 	if src.PVC != nil {
 		mounts = append(mounts, corev1.VolumeMount{Name: verifySourceVol, MountPath: verifySourcePath, ReadOnly: true})
 	}
+	_, token := webIdentityVolume(src)
+	mounts = append(mounts, token...)
 	return corev1.Container{
 		Name:         VerifyAgentContainer,
 		Image:        EtcdImage(etcdRepository, s.Status.Artifact.EtcdVersion),
@@ -176,5 +178,6 @@ func verifyVolumes(src v1alpha2.SnapshotLocation) []corev1.Volume {
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.ClaimName, ReadOnly: true},
 		}})
 	}
-	return vols
+	token, _ := webIdentityVolume(src)
+	return append(vols, token...)
 }

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha1" //nolint:gosec // MinIO's role name, see withWebIdentity
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +18,8 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -37,6 +41,38 @@ type s3Server struct {
 	admin     *minio.Client
 	accessKey string
 	secretKey string
+	// audience and roleARN are set when MinIO trusts the cluster's
+	// ServiceAccount tokens (withWebIdentity).
+	audience, roleARN string
+}
+
+// s3Option changes the MinIO startS3 runs.
+type s3Option func(*s3Server, *corev1.Container)
+
+// withWebIdentity makes MinIO's STS trust the cluster's ServiceAccount
+// tokens issued for audience: the API server is its OpenID provider (its
+// discovery document and keys, read without credentials, so the test lets
+// anyone read them, as managed clusters do), and a token's role grants
+// read and write (MinIO's role policy). The role's ARN is MinIO's name for
+// it: the unpadded base64url of the SHA-1 of the client ID.
+func withWebIdentity(t *testing.T, audience string) s3Option {
+	t.Helper()
+	discovery := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-service-account-issuer-discovery"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:service-account-issuer-discovery"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:unauthenticated"}},
+	}
+	if err := k.Create(context.Background(), discovery); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum([]byte(audience)) //nolint:gosec // MinIO's own naming of the role, not a security use
+	return func(s *s3Server, c *corev1.Container) {
+		s.audience, s.roleARN = audience, "arn:minio:iam:::role/"+base64.RawURLEncoding.EncodeToString(sum[:])
+		c.Env = append(c.Env,
+			corev1.EnvVar{Name: "MINIO_IDENTITY_OPENID_CONFIG_URL", Value: "https://kubernetes.default.svc/.well-known/openid-configuration"},
+			corev1.EnvVar{Name: "MINIO_IDENTITY_OPENID_CLIENT_ID", Value: audience},
+			corev1.EnvVar{Name: "MINIO_IDENTITY_OPENID_ROLE_POLICY", Value: "readwrite"})
+	}
 }
 
 const (
@@ -48,7 +84,7 @@ const (
 // toolchain) over HTTPS, waits until it serves, and stores its credentials
 // in the Secret s3-credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)
 // and its CA in the Secret s3-ca (ca.crt).
-func startS3(t *testing.T, ns string) *s3Server {
+func startS3(t *testing.T, ns string, opts ...s3Option) *s3Server {
 	t.Helper()
 	ctx := context.Background()
 	ref, err := images.MinIO(filepath.Dir(bin))
@@ -91,13 +127,16 @@ func startS3(t *testing.T, ns string) *s3Server {
 		ObjectMeta: metav1.ObjectMeta{Name: "minio", Namespace: ns},
 		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "s3", Port: 9000, TargetPort: intstr.FromInt32(9000)}}},
 	}
+	s := &s3Server{ns: ns, endpoint: "https://" + host + ":9000", accessKey: minioUser, secretKey: minioPassword}
+	for _, o := range opts {
+		o(s, &pod.Spec.Containers[0])
+	}
 	if err := k.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.Create(ctx, svc); err != nil {
 		t.Fatal(err)
 	}
-	s := &s3Server{ns: ns, endpoint: "https://" + host + ":9000", accessKey: minioUser, secretKey: minioPassword}
 	eventually(t, 3*time.Minute, "MinIO ready", func() (bool, string) {
 		p := &corev1.Pod{}
 		if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minio"}, p); err != nil {
@@ -151,6 +190,15 @@ func (s *s3Server) location(bucket, key string) v1alpha2.SnapshotLocation {
 		CredentialsSecretRef: corev1.LocalObjectReference{Name: "s3-credentials"},
 		CASecretRef:          &corev1.LocalObjectReference{Name: "s3-ca"},
 	}}
+}
+
+// identityLocation is location with the agents' ServiceAccount token
+// traded at MinIO's STS instead of keys (startS3 withWebIdentity).
+func (s *s3Server) identityLocation(bucket, key string) v1alpha2.SnapshotLocation {
+	l := s.location(bucket, key)
+	l.S3.CredentialsSecretRef = corev1.LocalObjectReference{}
+	l.S3.WebIdentity = &v1alpha2.S3WebIdentity{Audience: s.audience, RoleARN: s.roleARN, STSEndpoint: s.endpoint}
+	return l
 }
 
 // objects lists the keys under a prefix, sorted.

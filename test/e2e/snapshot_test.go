@@ -29,11 +29,14 @@ import (
 // to MinIO (over HTTPS from a private CA: refused without the CA's Secret)
 // and to a PVC, restores each snapshot into a new cluster of 3 and compares
 // every key and value; then every way a snapshot or a restore can fail, each
-// reported with a reason that says which.
+// reported with a reason that says which. One more snapshot has no keys:
+// its Jobs trade their ServiceAccount token at MinIO's STS, which trusts
+// the API server as its OpenID provider (s3.webIdentity), and it is
+// verified the same way.
 func TestSnapshotAndRestore(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, "e2e-snapshot")
-	s3 := startS3(t, ns)
+	s3 := startS3(t, ns, withWebIdentity(t, "sts.minio"))
 	s3.makeBucket(t, "backups")
 	newClaim(t, ns, "backups")
 	const source = "source"
@@ -48,25 +51,43 @@ func TestSnapshotAndRestore(t *testing.T) {
 	untrusted := s3.location("backups", "untrusted")
 	untrusted.S3.CASecretRef = nil
 	newSnapshot(t, ns, "untrusted", source, untrusted)
+	// No keys: the Jobs' ServiceAccount token, projected by the operator,
+	// traded at MinIO's STS, for the snapshot and its verification.
+	byIdentity := &v1alpha2.EtcdSnapshot{
+		ObjectMeta: metav1.ObjectMeta{Name: "by-identity", Namespace: ns},
+		Spec: v1alpha2.EtcdSnapshotSpec{ClusterRef: corev1.LocalObjectReference{Name: source},
+			Destination: s3.identityLocation("backups", "identity"), Verify: true},
+	}
+	if err := k.Create(context.Background(), byIdentity); err != nil {
+		t.Fatal(err)
+	}
 	toS3 := waitSnapshot(t, ns, "to-s3", v1alpha2.SnapshotComplete, "", 5*time.Minute)
 	toPVC := waitSnapshot(t, ns, "to-pvc", v1alpha2.SnapshotComplete, "", 5*time.Minute)
 	waitSnapshot(t, ns, "untrusted", v1alpha2.SnapshotFailed, conditions.ReasonS3CertificateNotTrusted, 5*time.Minute)
 	if keys := s3.objects(t, "backups", "untrusted/"); len(keys) != 0 {
 		t.Errorf("a snapshot refused as untrusted left objects: %v", keys)
 	}
+	checkArtifact(t, waitSnapshot(t, ns, "by-identity", v1alpha2.SnapshotComplete, "", 5*time.Minute), "s3://backups/identity/by-identity.db")
+	waitVerified(t, ns, "by-identity", 5*time.Minute)
 	checkArtifact(t, toS3, "s3://backups/source/to-s3.db")
 	checkArtifact(t, toPVC, "file:///snapshot/data/source/to-pvc.db")
 	stored := storedAsRecorded(t, ns, s3, toS3)
 
 	t.Run("restore", func(t *testing.T) {
-		for name, from := range map[string]v1alpha2.SnapshotLocation{
-			"from-s3":  s3.location("backups", "source/to-s3.db"),
-			"from-pvc": pvcLocation("backups", "source/to-pvc.db"),
+		// The restore by web identity runs in the seed's Pod, as the
+		// namespace's default ServiceAccount; one member proves it.
+		for name, r := range map[string]struct {
+			from    v1alpha2.SnapshotLocation
+			members int32
+		}{
+			"from-s3":     {s3.location("backups", "source/to-s3.db"), 3},
+			"from-pvc":    {pvcLocation("backups", "source/to-pvc.db"), 3},
+			"by-identity": {s3.identityLocation("backups", "identity/by-identity.db"), 1},
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				newCluster(t, ns, name, 3, restoreFrom(from))
-				waitReconciled(t, ns, name, 3, 6*time.Minute)
+				newCluster(t, ns, name, r.members, restoreFrom(r.from))
+				waitReconciled(t, ns, name, int(r.members), 6*time.Minute)
 				if got := readKeys(t, ns, name); !maps.Equal(got, want) {
 					t.Errorf("restored %d keys, want %d; first difference: %s", len(got), len(want), firstDifference(got, want))
 				}
@@ -304,6 +325,24 @@ func newSnapshot(t *testing.T, ns, name, cluster string, to v1alpha2.SnapshotLoc
 	}
 	if err := k.Create(context.Background(), s); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitVerified waits until the snapshot's verification ended, and fails
+// unless it passed.
+func waitVerified(t *testing.T, ns, name string, timeout time.Duration) {
+	t.Helper()
+	var c *metav1.Condition
+	eventually(t, timeout, "snapshot "+name+" verified", func() (bool, string) {
+		s := &v1alpha2.EtcdSnapshot{}
+		if err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+			return false, err.Error()
+		}
+		c = conditions.Get(s.Status.Conditions, conditions.Verified)
+		return c != nil && c.Status != metav1.ConditionUnknown, condString(c)
+	})
+	if c.Status != metav1.ConditionTrue || c.Reason != conditions.ReasonVerificationPassed {
+		t.Fatalf("snapshot %s: Verified = %s", name, condString(c))
 	}
 }
 

@@ -30,13 +30,18 @@ const (
 	EnvS3PathStyle = "S3_FORCE_PATH_STYLE"
 	// EnvS3CABundle holds PEM certificates trusted for the endpoint besides
 	// the public roots (a store whose CA is private).
-	EnvS3CABundle     = "S3_CA_BUNDLE"
-	EnvAccessKey      = "AWS_ACCESS_KEY_ID"
-	EnvSecretKey      = "AWS_SECRET_ACCESS_KEY"
-	EnvSessionToken   = "AWS_SESSION_TOKEN"
-	EnvPVCMountPath   = "PVC_MOUNT_PATH"
-	EnvPVCSubPath     = "PVC_SUBPATH"
-	EnvTerminationLog = "TERMINATION_MESSAGE_PATH"
+	EnvS3CABundle   = "S3_CA_BUNDLE"
+	EnvAccessKey    = "AWS_ACCESS_KEY_ID"
+	EnvSecretKey    = "AWS_SECRET_ACCESS_KEY"
+	EnvSessionToken = "AWS_SESSION_TOKEN"
+	// The AWS SDKs' variables for a web identity: the token's file, the
+	// role to assume, and the STS to trade the token at.
+	EnvWebIdentityTokenFile = "AWS_WEB_IDENTITY_TOKEN_FILE"
+	EnvRoleARN              = "AWS_ROLE_ARN"
+	EnvSTSEndpoint          = "AWS_ENDPOINT_URL_STS"
+	EnvPVCMountPath         = "PVC_MOUNT_PATH"
+	EnvPVCSubPath           = "PVC_SUBPATH"
+	EnvTerminationLog       = "TERMINATION_MESSAGE_PATH"
 
 	EnvDataDir        = "ETCD_DATA_DIR"
 	EnvMemberName     = "ETCD_MEMBER_NAME"

@@ -131,6 +131,10 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, in *instance.Instanc
 		"--kubelet-certificate-authority=" + f("ca.crt"),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		// The issuer's keys where a Pod finds them (by default the
+		// address this host uses), for a store that trusts the cluster's
+		// ServiceAccount tokens (an OpenID provider's JWKS).
+		"--service-account-jwks-uri=https://kubernetes.default.svc/openid/v1/jwks",
 		"--service-account-key-file=" + f("sa.pub"),
 		"--service-account-signing-key-file=" + f("sa.key"),
 		"--default-not-ready-toleration-seconds=10",
