@@ -44,8 +44,8 @@ func requestOf(req *http.Request) (verb, resource string) {
 	default:
 		return strings.ToLower(req.Method), "other"
 	}
-	if rest[0] == "namespaces" && len(rest) > 2 {
-		rest = rest[2:] // a namespaced resource
+	if rest[0] == "namespaces" && len(rest) > 2 && rest[2] != "status" && rest[2] != "finalize" {
+		rest = rest[2:] // a namespaced resource, not a namespace's subresource
 	}
 	resource = rest[0]
 	named := len(rest) > 1

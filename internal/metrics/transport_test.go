@@ -24,6 +24,7 @@ func TestRequestOfNamesVerbAndResource(t *testing.T) {
 		{"DELETE", "/api/v1/namespaces/prod/pods", "deletecollection", "pods"},
 		{"GET", "/api/v1/namespaces/prod", "get", "namespaces"},
 		{"GET", "/api/v1/namespaces", "list", "namespaces"},
+		{"PUT", "/api/v1/namespaces/prod/finalize", "update", "namespaces/finalize"},
 		{"GET", "/apis/cert-manager.io/v1", "get", "discovery"},
 		{"GET", "/apis", "get", "discovery"},
 		{"GET", "/api", "get", "discovery"},
