@@ -99,7 +99,7 @@ type SnapshotLocation struct {
 }
 
 // S3Location addresses an object, or a key prefix, in an S3-compatible store.
-// +kubebuilder:validation:XValidation:rule="!has(self.webIdentity) || !has(self.credentialsSecretRef) || !has(self.credentialsSecretRef.name) || self.credentialsSecretRef.name == ”",message="set at most one of webIdentity and credentialsSecretRef: a web identity is traded for credentials at the STS, so there are no keys to read"
+// +kubebuilder:validation:XValidation:rule="!has(self.webIdentity) || !has(self.credentialsSecretRef) || !has(self.credentialsSecretRef.name) || size(self.credentialsSecretRef.name) == 0",message="set at most one of webIdentity and credentialsSecretRef: a web identity is traded for credentials at the STS, so there are no keys to read"
 type S3Location struct {
 	// Endpoint URL of the store, for example https://s3.example.com.
 	// +kubebuilder:validation:MinLength=1

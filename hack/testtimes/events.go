@@ -133,9 +133,12 @@ type packageEnd struct {
 
 // tierEvents is what one tier's recorded events say.
 type tierEvents struct {
-	tests       []testTime
-	packages    map[string]*packageEnd
-	pkgOrder    []string
+	tests    []testTime
+	packages map[string]*packageEnd
+	pkgOrder []string
+	// pkgSaid is the last lines each package printed outside its tests
+	// (TestMain's), quoted when it fails there.
+	pkgSaid     map[string][]string
 	first, last time.Time // the span of the events' times
 	modTime     time.Time // when the file was last written
 }
@@ -150,7 +153,7 @@ func readEvents(path, tier string) (*tierEvents, error) {
 	if err != nil {
 		return nil, err
 	}
-	te := &tierEvents{packages: map[string]*packageEnd{}, modTime: info.ModTime()}
+	te := &tierEvents{packages: map[string]*packageEnd{}, pkgSaid: map[string][]string{}, modTime: info.ModTime()}
 	running := map[string]int{} // package and test → index in te.tests of its latest run
 	r := bufio.NewReader(f)
 	for {
@@ -206,12 +209,29 @@ func (te *tierEvents) add(tier string, ev *event, running map[string]int) {
 			t := &te.tests[i]
 			t.Result, t.Seconds = ev.Action, max(ev.Elapsed, since(t.started, ev.Time))
 		}
+	case ev.Test == "" && ev.Action == "output":
+		te.keepPackageLine(ev.Package, ev.Output)
 	case ev.Test == "" && isEnd(ev.Action):
 		if _, seen := te.packages[ev.Package]; !seen {
 			te.pkgOrder = append(te.pkgOrder, ev.Package)
 		}
 		te.packages[ev.Package] = &packageEnd{result: ev.Action, buildFailed: ev.FailedBuild != "", at: ev.Time}
 	}
+}
+
+// keepPackageLine keeps a line a package printed outside its tests, the
+// last keptLines of them, leaving out go test's own verdict lines.
+func (te *tierEvents) keepPackageLine(pkg, output string) {
+	line := strings.TrimSpace(output)
+	if line == "" || line == "FAIL" || line == "PASS" || strings.HasPrefix(line, "FAIL\t") || strings.HasPrefix(line, "ok  \t") ||
+		strings.HasPrefix(line, "=== ") || strings.HasPrefix(line, "--- ") {
+		return
+	}
+	said := append(te.pkgSaid[pkg], line)
+	if len(said) > keptLines {
+		said = said[len(said)-keptLines:]
+	}
+	te.pkgSaid[pkg] = said
 }
 
 // since is the seconds from start to end, or 0 if either is unknown. A
@@ -296,7 +316,7 @@ func (te *tierEvents) failures(tier string) []failure {
 		case p.buildFailed:
 			out = append(out, failure{Tier: tier, Package: name, What: "build failed"})
 		case p.result == "fail" && !testFailed[name]:
-			out = append(out, failure{Tier: tier, Package: name, What: "failed outside its tests (TestMain, or before any test ran)"})
+			out = append(out, failure{Tier: tier, Package: name, What: "failed outside its tests (TestMain, or before any test ran)", Said: te.pkgSaid[name]})
 		}
 	}
 	return out

@@ -76,7 +76,11 @@ func (s *summary) failureList(b *strings.Builder) {
 		if len(f.Said) == 0 {
 			continue
 		}
-		fmt.Fprintf(b, "  %s said last:\n", f.Test)
+		who := f.Test
+		if who == "" {
+			who = s.short(f.Package)
+		}
+		fmt.Fprintf(b, "  %s said last:\n", who)
 		for _, line := range f.Said {
 			fmt.Fprintf(b, "      %s\n", line)
 		}

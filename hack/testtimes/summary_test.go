@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -347,5 +348,38 @@ func TestAPanicIsQuotedWithWhereItHappened(t *testing.T) {
 	}
 	if !reflect.DeepEqual(tt.said, want) {
 		t.Errorf("said %q, want %q", tt.said, want)
+	}
+}
+
+// TestAFailedTestMainIsQuoted: a package that fails before any test ran
+// (its TestMain could not start an API server, as in a CI run whose CRD
+// the server refused) is listed with the lines it printed, without go
+// test's verdict lines.
+func TestAFailedTestMainIsQuoted(t *testing.T) {
+	dir := t.TempDir()
+	pkg := "example.com/m/test/api"
+	var events strings.Builder
+	for _, out := range []string{
+		"starting kube-apiserver: unable to install CRDs\n",
+		" | rule: self.name == ”\n",
+		"ERROR: <input>:1:137: Syntax error\n",
+		"FAIL\texample.com/m/test/api\t8.738s\n",
+	} {
+		fmt.Fprintf(&events, `{"Action":"output","Package":%q,"Output":%q}`+"\n", pkg, out)
+	}
+	fmt.Fprintf(&events, `{"Action":"fail","Package":%q,"Elapsed":8.7}`+"\n", pkg)
+	if err := os.WriteFile(filepath.Join(dir, "api.json"), []byte(events.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := summarize(dir, 10, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  example.com/m/test/api said last:\n" +
+		"      starting kube-apiserver: unable to install CRDs\n" +
+		"      | rule: self.name == ”\n" +
+		"      ERROR: <input>:1:137: Syntax error\n"
+	if text := sum.text(); !strings.HasSuffix(text, want) {
+		t.Errorf("summary ends\n%s\nwant it to end\n%s", text, want)
 	}
 }
