@@ -227,11 +227,10 @@ func (te *tierEvents) keepPackageLine(pkg, output string) {
 		strings.HasPrefix(line, "=== ") || strings.HasPrefix(line, "--- ") {
 		return
 	}
-	said := append(te.pkgSaid[pkg], line)
-	if len(said) > keptLines {
-		said = said[len(said)-keptLines:]
+	te.pkgSaid[pkg] = append(te.pkgSaid[pkg], line)
+	if said := te.pkgSaid[pkg]; len(said) > keptLines {
+		te.pkgSaid[pkg] = said[len(said)-keptLines:]
 	}
-	te.pkgSaid[pkg] = said
 }
 
 // since is the seconds from start to end, or 0 if either is unknown. A

@@ -2,8 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"math"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
