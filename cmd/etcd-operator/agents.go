@@ -43,7 +43,9 @@ const agentMemoryLimit = 48 << 20
 // runAgent runs the agent named by the first argument, if any, and returns
 // its exit code; ok is false when the arguments name no agent.
 func runAgent(args []string) (code int, ok bool) {
-	if len(args) == 0 {
+	// Before anything else: the manager's own arguments name no agent, and
+	// nothing below (the agents' memory limit above all) may touch it.
+	if len(args) == 0 || !isAgent(args[0]) {
 		return 0, false
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("agent", args[0])
@@ -87,6 +89,15 @@ func runAgent(args []string) (code int, ok bool) {
 		return 0, true
 	}
 	return 0, false
+}
+
+// isAgent reports whether name is one of the agents the binary runs.
+func isAgent(name string) bool {
+	switch name {
+	case cmdSnapshotAgent, cmdRestoreAgent, cmdVerifyAgent, cmdInstallTools:
+		return true
+	}
+	return false
 }
 
 func failed(err error) (report.Result, int) {
