@@ -16,7 +16,8 @@ import (
 // so "the operator writes nothing at steady state" can be measured exactly.
 type Requests struct {
 	writes, reads *prometheus.CounterVec
-	// all counts every request of the process, at its transport.
+	// all counts every request of the process at its transport, leader
+	// election included (see Transport): what the API server sees.
 	all *prometheus.CounterVec
 }
 
