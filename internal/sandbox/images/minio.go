@@ -13,11 +13,17 @@ import (
 // MinIO (its version is the name of the directory bin/minio links into).
 // Snapshot tests and `make sandbox` run it as a Pod.
 func MinIO(toolsRoot string) (string, error) {
-	target, err := filepath.EvalSymlinks(filepath.Join(toolsRoot, "bin", "minio"))
+	return toolRef(toolsRoot, "minio", "MinIO", minioRepository)
+}
+
+// toolRef is the image reference of a toolchain binary: repository, tagged
+// with the name of the directory bin/<binary> links into (its version).
+func toolRef(toolsRoot, binary, name, repository string) (string, error) {
+	target, err := filepath.EvalSymlinks(filepath.Join(toolsRoot, "bin", binary))
 	if err != nil {
-		return "", fmt.Errorf("MinIO is not in the toolchain: %w (run `make tools`)", err)
+		return "", fmt.Errorf("%s is not in the toolchain: %w (run `make tools`)", name, err)
 	}
-	return minioRepository + ":" + filepath.Base(filepath.Dir(target)), nil
+	return repository + ":" + filepath.Base(filepath.Dir(target)), nil
 }
 
 const minioRepository = "quay.io/minio/minio"
@@ -46,11 +52,7 @@ func minioImage(toolsRoot string) (Tarball, error) {
 // upstream publishes it (the binary at /bin/kubectl): what a CronJob that
 // creates EtcdSnapshots runs in the sandbox.
 func Kubectl(toolsRoot string) (string, error) {
-	target, err := filepath.EvalSymlinks(filepath.Join(toolsRoot, "bin", "kubectl"))
-	if err != nil {
-		return "", fmt.Errorf("kubectl is not in the toolchain: %w (run `make tools`)", err)
-	}
-	return "registry.k8s.io/kubectl:" + filepath.Base(filepath.Dir(target)), nil
+	return toolRef(toolsRoot, "kubectl", "kubectl", "registry.k8s.io/kubectl")
 }
 
 func kubectlImage(toolsRoot string) (Tarball, error) {

@@ -1,7 +1,6 @@
 package images
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,11 +13,7 @@ const prometheusRepository = "quay.io/prometheus/prometheus"
 // Prometheus is the reference of the image of the toolchain's Prometheus
 // (its version is the name of the directory bin/prometheus links into).
 func Prometheus(toolsRoot string) (string, error) {
-	target, err := filepath.EvalSymlinks(filepath.Join(toolsRoot, "bin", "prometheus"))
-	if err != nil {
-		return "", fmt.Errorf("Prometheus is not in the toolchain: %w (run `make tools`)", err)
-	}
-	return prometheusRepository + ":" + filepath.Base(filepath.Dir(target)), nil
+	return toolRef(toolsRoot, "prometheus", "Prometheus", prometheusRepository)
 }
 
 // PrometheusImage builds (once) the image `sandbox up --with prometheus`

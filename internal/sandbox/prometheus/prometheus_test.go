@@ -16,9 +16,6 @@ import (
 // metrics-reader role, the configuration of both monitors with the Pod's
 // own token, and a template that rolls when the configuration changes.
 func TestObjectsScrapeTheRelease(t *testing.T) {
-	if _, err := tools.BinDir(); err != nil {
-		t.Skipf("no toolchain: %v", err)
-	}
 	role, config, hash := installed(t, Release{Name: "etcd-operator", Namespace: "etcd-operator-system"})
 	if role != "etcd-operator-metrics-reader" {
 		t.Errorf("Prometheus is bound to %q, want the release's etcd-operator-metrics-reader", role)
