@@ -265,10 +265,12 @@ func liveNamespaces(ctx context.Context, cfg *rest.Config, watch string) string 
 // cacheOptions scopes the cache: to the watched namespaces, and for Pods,
 // PVCs, Services, PDBs and EndpointSlices to the objects the operator manages,
 // so memory does not grow with unrelated workloads; Secrets are watched for
-// their metadata only.
+// their metadata only. No object keeps its managedFields in the cache: no
+// controller reads them, and they are often the larger part of a small
+// object (an update that omits them leaves them as they are).
 func cacheOptions(watch string) cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{manifest.LabelManagedBy: manifest.ManagedBy})
-	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+	o := cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:                   {Label: managed},
 		&corev1.PersistentVolumeClaim{}: {Label: managed},
 		&corev1.Service{}:               {Label: managed},

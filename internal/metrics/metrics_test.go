@@ -94,3 +94,26 @@ etcd_operator_build_info{go_version="` + runtime.Version() + `",version="v1.2.3"
 		t.Errorf("%d leader series left after Forget", n)
 	}
 }
+
+// TestHeapLiveFollowsWhatIsHeld: the live-heap gauge grows by what the
+// process keeps reachable across a collection, and falls when it lets go.
+func TestHeapLiveFollowsWhatIsHeld(t *testing.T) {
+	g := heapLive()
+	runtime.GC()
+	before := testutil.ToFloat64(g)
+	held := make([][]byte, 64)
+	for i := range held {
+		held[i] = make([]byte, 1<<20)
+	}
+	runtime.GC()
+	with := testutil.ToFloat64(g)
+	if with-before < 48<<20 {
+		t.Fatalf("live heap grew by %.0f bytes with 64 MiB held, want most of it", with-before)
+	}
+	runtime.KeepAlive(held)
+	clear(held) // the 64 MiB is unreachable now
+	runtime.GC()
+	if after := testutil.ToFloat64(g); after > with-48<<20 {
+		t.Fatalf("live heap %.0f after letting 64 MiB go, was %.0f", after, with)
+	}
+}

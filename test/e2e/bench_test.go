@@ -93,6 +93,9 @@ const electionTimeout = time.Second
 // writes bench/results.json. It measures, it asserts nothing: `make bench`.
 // Every timing ends at the same state: Available with every member a voter
 // and etcd's membership matching the members.
+// The bench's operator watches every namespace, as installed by default.
+func init() { mainOperatorWatchesAll = true }
+
 func TestBench(t *testing.T) {
 	ns := namespace(t, benchNS)
 	var rows []result
@@ -433,9 +436,10 @@ func idlePeerBytes(t *testing.T, ip string, d time.Duration) float64 {
 	return peerBytes(t, ip) - before
 }
 
-// steadyState creates n three-member clusters, lets them settle, then
-// samples the operator's own request counters, its client's reads, the
-// leader-election Lease and its memory over a minute.
+// steadyState creates n three-member clusters in two waves, lets them
+// settle, then samples the operator's own request counters, its client's
+// reads, the leader-election Lease and its memory over a minute; the live
+// heap after each wave projects the memory to larger fleets.
 func steadyState(t *testing.T, ns string, n int) []result {
 	small := func(c *v1alpha2.EtcdCluster) {
 		// Small requests, so that 3n members fit the sandbox's nodes.
@@ -447,36 +451,46 @@ func steadyState(t *testing.T, ns string, n int) []result {
 	// and the operator's client certificate) and authentication, so that
 	// the Secrets every pass reads are part of what is measured.
 	ca := newNamedCA(t, "bench CA")
-	var wg sync.WaitGroup
-	for i := range n {
-		name := fmt.Sprintf("many%03d", i)
-		if i%3 != 0 {
-			wg.Go(func() { newCluster(t, ns, name, 3, small) })
-			continue
-		}
-		secured := steadySecrets(t, ns, name, ca)
-		wg.Go(func() {
-			newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
-				small(c)
-				secured(c)
+	create := func(from, to int) {
+		var wg sync.WaitGroup
+		for i := from; i < to; i++ {
+			name := fmt.Sprintf("many%03d", i)
+			if i%3 != 0 {
+				wg.Go(func() { newCluster(t, ns, name, 3, small) })
+				continue
+			}
+			secured := steadySecrets(t, ns, name, ca)
+			wg.Go(func() {
+				newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
+					small(c)
+					secured(c)
+				})
 			})
+		}
+		wg.Wait()
+		eventually(t, 20*time.Minute, fmt.Sprintf("%d clusters reconciled", to), func() (bool, string) {
+			list := &v1alpha2.EtcdClusterList{}
+			if err := k.List(context.Background(), list); err != nil {
+				return false, err.Error()
+			}
+			done := 0
+			for _, c := range list.Items {
+				p := conditions.Get(c.Status.Conditions, conditions.Progressing)
+				if strings.HasPrefix(c.Name, "many") && c.Status.ReadyMembers == 3 && p != nil && p.Reason == conditions.ReasonReconciled {
+					done++
+				}
+			}
+			return done == to, fmt.Sprintf("%d reconciled", done)
 		})
 	}
-	wg.Wait()
-	eventually(t, 20*time.Minute, fmt.Sprintf("%d clusters reconciled", n), func() (bool, string) {
-		list := &v1alpha2.EtcdClusterList{}
-		if err := k.List(context.Background(), list); err != nil {
-			return false, err.Error()
-		}
-		done := 0
-		for _, c := range list.Items {
-			p := conditions.Get(c.Status.Conditions, conditions.Progressing)
-			if strings.HasPrefix(c.Name, "many") && c.Status.ReadyMembers == 3 && p != nil && p.Reason == conditions.ReasonReconciled {
-				done++
-			}
-		}
-		return done == n, fmt.Sprintf("%d reconciled", done)
-	})
+	// The fleet comes in two waves; the operator's live heap after each
+	// says what a cluster costs, from which its memory is projected to
+	// fleets this machine cannot run.
+	first := max(1, n/3)
+	create(0, first)
+	measureFor(90 * time.Second)
+	small1 := operatorMetrics(t)
+	create(first, n)
 	// Let the last status writes, events and the members' first health
 	// polls settle before measuring; the window below is what counts.
 	measureFor(90 * time.Second)
@@ -520,6 +534,37 @@ func steadyState(t *testing.T, ns string, n int) []result {
 		// operator's whatever the fleet).
 		out = append(out, row(fmt.Sprintf("steady state, projected to 30 clusters from %d: API reads, all", n),
 			reads*30/float64(n), "req/s", "< 1", 1))
+	}
+	if n > first {
+		out = append(out, projectMemory(first, n, small1, after)...)
+	}
+	return out
+}
+
+// projectMemory projects the operator's memory to 30 and 1,000 clusters
+// from its live heap at two fleet sizes: what a cluster adds to the heap
+// (its objects in the caches, its Secrets' data, its controllers' state)
+// is the slope; resident memory grows by up to twice that, as GOGC=100
+// lets the heap reach twice what is live before a collection.
+func projectMemory(n1, n2 int, s1, s2 sample) []result {
+	mib := float64(1 << 20)
+	perCluster := (s2.heapLive - s1.heapLive) / float64(n2-n1)
+	label := fmt.Sprintf("steady state, memory from %d and %d clusters", n1, n2)
+	out := []result{
+		row(fmt.Sprintf("%s: operator live heap at %d clusters", label, n1), s1.heapLive/mib, "MiB", "(measured)", 0),
+		row(fmt.Sprintf("%s: operator live heap at %d clusters", label, n2), s2.heapLive/mib, "MiB", "(measured)", 0),
+		row(label+": live heap per cluster", perCluster/1024, "KiB", "(measured)", 0),
+	}
+	for _, at := range []int{30, 1000} {
+		if at <= n2 {
+			continue
+		}
+		rss := (s2.rss + 2*perCluster*float64(at-n2)) / mib
+		target, limit := "(linear growth)", 0.0
+		if at == 30 {
+			target, limit = "< 150", 150
+		}
+		out = append(out, row(fmt.Sprintf("%s: operator RSS projected to %d clusters", label, at), rss, "MiB", target, limit))
 	}
 	return out
 }
@@ -570,7 +615,7 @@ func countLeaseRenewals(t *testing.T) func() int {
 }
 
 type sample struct {
-	operatorWrites, operatorReads, clientGets, rss, cpu, reconciles float64
+	operatorWrites, operatorReads, clientGets, rss, cpu, reconciles, heapLive float64
 	// requests is etcd_operator_api_requests_total by "verb resource".
 	requests map[string]float64
 }
@@ -596,6 +641,8 @@ func operatorMetrics(t *testing.T) sample {
 			s.clientGets += v
 		case name == "process_resident_memory_bytes":
 			s.rss = v
+		case name == "etcd_operator_heap_live_bytes":
+			s.heapLive = v
 		case name == "process_cpu_seconds_total":
 			s.cpu = v
 		case strings.HasPrefix(name, "controller_runtime_reconcile_total{"):

@@ -22,8 +22,12 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
-// The steps of a member's timeline, in the order they usually happen.
-var timelineSteps = []string{"created", "pod", "pvc bound", "scheduled", "added", "started", "ready", "promoted"}
+// The steps of a member's timeline, in the order they usually happen: a
+// member that joins, then one that leaves (removed from etcd, its Pod's
+// deletion asked, its etcd container stopped, the Pod gone from the API).
+// The table prints the steps some member reached.
+var timelineSteps = []string{"created", "pod", "pvc bound", "scheduled", "added", "started", "ready", "promoted",
+	"removed", "deleting", "stopped", "pod gone"}
 
 // timeline records, from watches, when each member of one cluster reached
 // each step: the operator's Events (member created, added to etcd as a
@@ -80,7 +84,7 @@ func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline 
 		tl.stops = append(tl.stops, w.Stop)
 		go func() {
 			for ev := range w.ResultChan() {
-				tl.see(ev.Object)
+				tl.see(ev.Type, ev.Object)
 			}
 		}()
 	}
@@ -142,10 +146,17 @@ func (tl *timeline) progress(msg string) {
 	tl.said = append(tl.said, line)
 }
 
-func (tl *timeline) see(obj any) {
+func (tl *timeline) see(kind watch.EventType, obj any) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
+		if kind == watch.Deleted {
+			tl.mark(o.Name, "pod gone")
+			return
+		}
 		tl.mark(o.Name, "pod")
+		if o.DeletionTimestamp != nil {
+			tl.mark(o.Name, "deleting")
+		}
 		for _, c := range o.Status.Conditions {
 			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
 				tl.mark(o.Name, "scheduled")
@@ -158,13 +169,16 @@ func (tl *timeline) see(obj any) {
 			if s.Name == manifest.EtcdContainer && s.State.Running != nil {
 				tl.mark(o.Name, "started")
 			}
+			if s.Name == manifest.EtcdContainer && s.State.Terminated != nil {
+				tl.mark(o.Name, "stopped")
+			}
 		}
 	case *corev1.PersistentVolumeClaim:
 		if member, ok := strings.CutPrefix(o.Name, manifest.PVCName("")); ok && strings.HasPrefix(member, tl.cluster+"-") && o.Status.Phase == corev1.ClaimBound {
 			tl.mark(member, "pvc bound")
 		}
 	case *eventsv1.Event:
-		step := map[string]string{"MemberCreated": "created", "MemberAdded": "added", "MemberPromoted": "promoted"}[o.Reason]
+		step := map[string]string{"MemberCreated": "created", "MemberAdded": "added", "MemberPromoted": "promoted", "MemberRemoved": "removed"}[o.Reason]
 		if step == "" {
 			return
 		}
@@ -197,15 +211,24 @@ func (tl *timeline) stop(t *testing.T, what string) {
 		return d
 	}
 	slices.SortFunc(members, func(a, b string) int { return int(first(a) - first(b)) })
+	var steps []string
+	for _, s := range timelineSteps {
+		for _, m := range members {
+			if _, ok := tl.at[m][s]; ok {
+				steps = append(steps, s)
+				break
+			}
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "timeline of %s (seconds since the scenario began):\n  %-18s", what, "member")
-	for _, s := range timelineSteps {
+	for _, s := range steps {
 		fmt.Fprintf(&b, " %9s", s)
 	}
 	b.WriteString("\n")
 	for _, m := range members {
 		fmt.Fprintf(&b, "  %-18s", m)
-		for _, s := range timelineSteps {
+		for _, s := range steps {
 			if at, ok := tl.at[m][s]; ok {
 				fmt.Fprintf(&b, " %9.2f", at.Seconds())
 			} else {

@@ -176,8 +176,17 @@ func installMainOperator(ctx context.Context) error {
 			return err
 		}
 	}
+	if mainOperatorWatchesAll {
+		return installOperator(operatorRelease, operatorNS, true, nil)
+	}
 	return installOperator(operatorRelease, operatorNS, true, nil, suiteNamespaces...)
 }
+
+// mainOperatorWatchesAll installs the main operator as a user would, for
+// every namespace (one informer per kind), rather than for the suites'
+// namespaces (one per kind and namespace). The bench, which runs no other
+// operator, sets it, so that what it measures is what a fleet costs.
+var mainOperatorWatchesAll bool
 
 // faultsImageRef is the fault-injecting operator image, loaded into the
 // sandbox the first time a suite asks for it.
