@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
@@ -186,6 +187,7 @@ const maxRemovalsPerPass = 4
 // leadership goes on; anything else the planner chooses waits for the next
 // pass, as every change did before.
 func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
+	p, o = r.shrinkAfterAdopting(ctx, w, p, o)
 	for range maxRemovalsPerPass - 1 {
 		if o.removed == nil {
 			break
@@ -198,6 +200,28 @@ func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (pla
 		p, o = next, r.act(ctx, w, next.change)
 	}
 	return p, o
+}
+
+// shrinkAfterAdopting starts, in the pass that adopted a changed spec, the
+// scale-down that spec asks for. The adopted target is written first, as
+// every latch is before anything acts on it; then the planner decides again
+// on the same fresh view of etcd, and only a deletion that goes on to remove
+// its member from etcd is made here (a scale-down's first step). Anything
+// else waits for the next pass, which the status write brings.
+func (r *Reconciler) shrinkAfterAdopting(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
+	if c := p.change; c == nil || c.kind != latchStatus || c.reason != conditions.ReasonSpecChanged || o.err != nil || o.requeue > 0 {
+		return p, o
+	}
+	next := decide(w)
+	if c := next.change; c == nil || c.kind != deleteMember || !c.thenRemove {
+		return p, o
+	}
+	if err := r.report(ctx, w, p, o); err != nil {
+		// The next pass adopts it again.
+		return p, outcome{err: err}
+	}
+	w.original = w.cluster.DeepCopy()
+	return next, r.act(ctx, w, next.change)
 }
 
 // maintain runs the steps beside the membership planner: the cert-manager
