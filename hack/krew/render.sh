@@ -7,7 +7,10 @@ set -euo pipefail
 version=$1 sums=$2
 url=${RELEASE_URL:-https://github.com/seed74754924/etcd-operator/releases/download/$version}
 here=$(dirname "$0")
-args=(-e "s|{{VERSION}}|$version|g" -e "s|{{RELEASE_URL}}|$url|g")
+# krew wants a v-prefixed SemVer: the tag on a tag, and between tags the
+# chart's version for it (a bare describe such as 0869528 is not one).
+manifest_version=v$("$here/../chart-version.sh" "$version")
+args=(-e "s|{{VERSION}}|$manifest_version|g" -e "s|{{RELEASE_URL}}|$url|g")
 for platform in linux_amd64 linux_arm64 darwin_amd64 darwin_arm64; do
 	archive="kubectl-etcd-${platform/_/-}.tar.gz"
 	sum=$(awk -v f="$archive" '$2 == f { print $1 }' "$sums")

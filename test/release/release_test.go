@@ -22,6 +22,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/mod/semver"
 	"sigs.k8s.io/yaml"
 
 	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
@@ -263,7 +264,8 @@ func readTarModes(t *testing.T, path string) map[string]int64 {
 	return modes
 }
 
-// TestKrewManifestNamesTheArchives checks the krew manifest's version, and
+// TestKrewManifestNamesTheArchives checks the krew manifest's version (a
+// SemVer whatever the commit), and
 // that each platform's checksum is its archive's.
 func TestKrewManifestNamesTheArchives(t *testing.T) {
 	dir := dist(t)
@@ -283,8 +285,10 @@ func TestKrewManifestNamesTheArchives(t *testing.T) {
 	if err := yaml.Unmarshal(data, &m); err != nil {
 		t.Fatal(err)
 	}
-	if m.Spec.Version != env(t, "RELEASE_VERSION") || len(m.Spec.Platforms) != len(platforms) {
-		t.Fatalf("krew manifest version %q with %d platforms", m.Spec.Version, len(m.Spec.Platforms))
+	// krew takes only a v-prefixed SemVer: the chart's version, which is
+	// the tag on a tag.
+	if want := "v" + env(t, "RELEASE_CHART_VERSION"); m.Spec.Version != want || !semver.IsValid(m.Spec.Version) || len(m.Spec.Platforms) != len(platforms) {
+		t.Fatalf("krew manifest version %q (want %q, a SemVer) with %d platforms", m.Spec.Version, want, len(m.Spec.Platforms))
 	}
 	listed := sums(t, dir)
 	for _, p := range m.Spec.Platforms {
