@@ -467,3 +467,25 @@ func TestVoterLabel(t *testing.T) {
 		})
 	}
 }
+
+// A member deleted while its pass ran (released by the cluster controller
+// once etcd no longer lists it) has nothing left to report: its status
+// write finds it gone and the pass ends without an error, where it used to
+// log a reconcile error for every scale-down.
+func TestStatusOfAMemberGoneMeanwhile(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1alpha2.AddToScheme(scheme)
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha2.EtcdMember{}).Build()
+	r := &Reconciler{Client: cl, APIReader: cl}
+	s := testState(testMember(), "c1", nil)
+	s.member.Status.MemberID = "abc"
+	if err := r.writeStatus(context.Background(), s); err != nil {
+		t.Fatalf("writing the status of a member that is gone: %v", err)
+	}
+	other := testState(testMember(), "c1", nil)
+	other.member.Status.MemberID = "abc"
+	broken := &Reconciler{Client: fake.NewClientBuilder().WithScheme(runtime.NewScheme()).Build()}
+	if err := broken.writeStatus(context.Background(), other); err == nil {
+		t.Fatal("a status write the API server refuses for another reason was not reported")
+	}
+}

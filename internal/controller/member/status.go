@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,6 +23,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *state) error {
 		return nil
 	}
 	if err := r.Client.Status().Patch(ctx, s.member, client.MergeFrom(s.original)); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone while the pass ran (the cluster controller released a
+			// member etcd no longer lists): nothing is left to report on.
+			return nil
+		}
 		return fmt.Errorf("writing member status: %w", err)
 	}
 	return nil
