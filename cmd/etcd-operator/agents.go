@@ -40,12 +40,52 @@ const (
 // container limit (256 MiB) is well above it.
 const agentMemoryLimit = 48 << 20
 
+// agentRun runs one agent with its logger and returns its exit code;
+// finish records a result in the termination log.
+type agentRun func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int
+
+// agents are the subcommands runAgent knows, by name.
+var agents = map[string]agentRun{
+	cmdSnapshotAgent: func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int {
+		cfg, err := agent.SnapshotConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err))
+		}
+		return finish(agent.Snapshot(ctx, cfg, log))
+	},
+	cmdRestoreAgent: func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int {
+		cfg, err := agent.RestoreConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err))
+		}
+		return finish(agent.Restore(ctx, cfg, log))
+	},
+	cmdVerifyAgent: func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int {
+		cfg, err := agent.VerifyConfigFromEnv(os.Getenv)
+		if err != nil {
+			return finish(failed(err))
+		}
+		return finish(agent.VerifySnapshot(ctx, cfg, log))
+	},
+	cmdInstallTools: func(_ context.Context, log *slog.Logger, _ func(report.Result, int) int) int {
+		if err := agent.InstallTools(os.Getenv(agentenv.EnvToolsDir)); err != nil {
+			log.Error("Could not install the agent", "error", err)
+			return report.ExitTransient
+		}
+		return 0
+	},
+}
+
 // runAgent runs the agent named by the first argument, if any, and returns
 // its exit code; ok is false when the arguments name no agent.
 func runAgent(args []string) (code int, ok bool) {
 	// Before anything else: the manager's own arguments name no agent, and
 	// nothing below (the agents' memory limit above all) may touch it.
-	if len(args) == 0 || !isAgent(args[0]) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	run, ok := agents[args[0]]
+	if !ok {
 		return 0, false
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("agent", args[0])
@@ -61,43 +101,7 @@ func runAgent(args []string) (code int, ok bool) {
 		// rather than at twice the peak as by default.
 		debug.SetMemoryLimit(agentMemoryLimit)
 	}
-	finish := finisher(log)
-	switch args[0] {
-	case cmdSnapshotAgent:
-		cfg, err := agent.SnapshotConfigFromEnv(os.Getenv)
-		if err != nil {
-			return finish(failed(err)), true
-		}
-		return finish(agent.Snapshot(ctx, cfg, log)), true
-	case cmdRestoreAgent:
-		cfg, err := agent.RestoreConfigFromEnv(os.Getenv)
-		if err != nil {
-			return finish(failed(err)), true
-		}
-		return finish(agent.Restore(ctx, cfg, log)), true
-	case cmdVerifyAgent:
-		cfg, err := agent.VerifyConfigFromEnv(os.Getenv)
-		if err != nil {
-			return finish(failed(err)), true
-		}
-		return finish(agent.VerifySnapshot(ctx, cfg, log)), true
-	case cmdInstallTools:
-		if err := agent.InstallTools(os.Getenv(agentenv.EnvToolsDir)); err != nil {
-			log.Error("Could not install the agent", "error", err)
-			return report.ExitTransient, true
-		}
-		return 0, true
-	}
-	return 0, false
-}
-
-// isAgent reports whether name is one of the agents the binary runs.
-func isAgent(name string) bool {
-	switch name {
-	case cmdSnapshotAgent, cmdRestoreAgent, cmdVerifyAgent, cmdInstallTools:
-		return true
-	}
-	return false
+	return run(ctx, log, finisher(log)), true
 }
 
 func failed(err error) (report.Result, int) {
