@@ -308,6 +308,7 @@ func (r *Reconciler) removeFromEtcd(ctx context.Context, w *world, c *change) ou
 	if err != nil && !errors.Is(err, etcd.ErrMemberNotFound) {
 		return r.etcdFailed(ctx, w, "removing "+m.Name+" from etcd", err)
 	}
+	r.expect.removedFromEtcd(m.UID, w.now)
 	r.event(w.cluster, false, "MemberRemoved", "RemoveMember", "Removed member %s (%s) from etcd", m.Name, etcd.FormatID(c.etcdID))
 	r.event(m, false, "MemberRemoved", "RemoveMember", "Removed from etcd")
 	logf(ctx, w)("Removed member from etcd", "member", m.Name, "memberID", etcd.FormatID(c.etcdID))
@@ -414,11 +415,14 @@ func (r *Reconciler) removeStray(ctx context.Context, w *world, c *change) outco
 // deleteMember deletes an EtcdMember the operator gives up; a later pass
 // removes it from etcd (removeFromEtcd) and releases its finalizer.
 func (r *Reconciler) deleteMember(ctx context.Context, w *world, m *v1alpha2.EtcdMember, reason, message string) error {
-	// First out of the client Service and the budget: were the operator to
-	// stop right after the deletion, the budget must not count the member.
-	if err := r.stopServing(ctx, w, m); err != nil {
-		return err
-	}
+	// The deletion first, then out of the client Service and the budget:
+	// the member controller puts the role label back on a voter it does not
+	// know to be leaving, so a label taken off first came back at once (and
+	// was taken off again), every flip a write and a sync of the Pod by its
+	// kubelet. Were the operator to stop between the two, the budget counts
+	// the member as unavailable anyway (budgetCounts), the member
+	// controller takes the label off a deleted member, and removeFromEtcd
+	// takes it off again before etcd is asked.
 	if err := r.Client.Delete(ctx, m, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting member %s: %w", m.Name, err)
 	}
@@ -428,7 +432,7 @@ func (r *Reconciler) deleteMember(ctx context.Context, w *world, m *v1alpha2.Etc
 	r.expect.deleted(client.ObjectKeyFromObject(w.cluster).String(), m.Name, w.now)
 	r.event(w.cluster, false, reason, "DeleteMember", "%s", message)
 	logf(ctx, w)("Deleting member", "member", m.Name, "reason", reason)
-	return nil
+	return r.stopServing(ctx, w, m)
 }
 
 // setDormant pauses or wakes a member: a dormant member has no Pod but keeps

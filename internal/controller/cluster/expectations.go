@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 )
 
@@ -17,6 +19,14 @@ type expectations struct {
 	// status holds, per cluster, the resourceVersion its object had before
 	// this process last wrote its status, until the cache shows another.
 	status map[string]statusWrite
+	// removed holds the members this process removed from etcd, by UID,
+	// until they are long gone (expectationTimeout): a pass on a cache that
+	// still lists one must not ask its etcd about itself. etcd 3.6 panics
+	// when a member that applied its own removal is asked for its status
+	// (seen on every scale-down on the sandbox), and the crash raced the
+	// Pod's deletion: a kubelet that saw the container die before it saw
+	// the deletion started it again.
+	removed map[types.UID]time.Time
 }
 
 type statusWrite struct {
@@ -125,4 +135,30 @@ func (e *expectations) satisfied(key string, members []*v1alpha2.EtcdMember, now
 		return true
 	}
 	return false
+}
+
+// removedFromEtcd remembers that etcd no longer lists the member.
+func (e *expectations) removedFromEtcd(uid types.UID, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.removed == nil {
+		e.removed = map[types.UID]time.Time{}
+	}
+	e.removed[uid] = now
+}
+
+// removedSet returns the members removed from etcd by this process within
+// expectationTimeout, forgetting older ones.
+func (e *expectations) removedSet(now time.Time) map[types.UID]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[types.UID]bool{}
+	for uid, at := range e.removed {
+		if now.Sub(at) > expectationTimeout {
+			delete(e.removed, uid)
+			continue
+		}
+		out[uid] = true
+	}
+	return out
 }

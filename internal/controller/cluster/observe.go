@@ -46,6 +46,7 @@ func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*wor
 		return nil, fmt.Errorf("listing members: %w", err)
 	}
 	w := &world{cluster: c, original: c.DeepCopy(), now: r.Clock.Now(), pods: map[string]*corev1.Pod{}, joinGate: r.OperatorImage != ""}
+	w.removed = r.expect.removedSet(w.now)
 	for i := range list.Items {
 		m := &list.Items[i]
 		w.members = append(w.members, m)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -39,6 +40,10 @@ type world struct {
 	// joinGate: the operator's image is configured, so a joining member's
 	// Pod starts before its add, held by the join gate (package join).
 	joinGate bool
+
+	// removed are the members this process removed from etcd lately (by
+	// UID), which a stale cache may still list: nobody asks their etcd.
+	removed map[types.UID]bool
 
 	// etcd is etcd's own view, read fresh in this pass.
 	etcd etcdView
@@ -259,7 +264,7 @@ func strangerName(em etcd.Member) string {
 // and a Pod, dormant ones aside. They are the ones asked about themselves.
 func (w *world) inEtcd() []*v1alpha2.EtcdMember {
 	return w.filter(func(m *v1alpha2.EtcdMember) bool {
-		return !m.Spec.Dormant && m.Spec.InitialCluster != "" && w.pods[m.Name] != nil
+		return !m.Spec.Dormant && m.Spec.InitialCluster != "" && w.pods[m.Name] != nil && !w.removed[m.UID]
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,11 +51,16 @@ const operatorImage = "etcd-operator:test"
 // every membership change the operator makes is checked against the ground
 // truth of the fake etcd (see invariants_test.go).
 type harness struct {
-	t     *testing.T
-	c     client.Client
-	raw   client.WithWatch
-	etcd  *etcdfake.Cluster
-	clock *clocktesting.FakeClock
+	t *testing.T
+	// mayAskRemoved: the test removes members the operator cannot know
+	// of (by hand, or just before the operator process is killed), so a
+	// status call may reach one that applied its removal, as it would on
+	// etcd (which then stops that member, as it stops itself anyway).
+	mayAskRemoved bool
+	c             client.Client
+	raw           client.WithWatch
+	etcd          *etcdfake.Cluster
+	clock         *clocktesting.FakeClock
 
 	cluster *clusterctrl.Reconciler
 	member  *memberctrl.Reconciler
@@ -94,7 +100,13 @@ type harness struct {
 	// before the write: a cache that has not caught up with the write.
 	staleClusterReads bool
 	staleCluster      map[string]*v1alpha2.EtcdCluster
-	stepNo            int
+	// staleMemberReads makes the cluster controller's next list of members
+	// still hold each member it releases, and its next read of a Pod it
+	// deletes still find the Pod: a cache one event behind its own writes.
+	staleMemberReads bool
+	staleMembers     map[string]*v1alpha2.EtcdMember
+	stalePods        map[string]*corev1.Pod
+	stepNo           int
 	// probeFails names Pods whose readiness probe fails although their
 	// etcd runs (the kubelet cannot reach it, say).
 	probeFails map[string]bool
@@ -176,6 +188,11 @@ func newHarness(t *testing.T) *harness {
 		h.createNode(n)
 	}
 	h.restart(0)
+	t.Cleanup(func() {
+		if asked := h.etcd.AskedRemoved(); len(asked) > 0 && !h.mayAskRemoved {
+			t.Errorf("the operator asked members it had removed from etcd for their status (etcd 3.6 panics): %v", asked)
+		}
+	})
 	return h
 }
 
@@ -231,6 +248,9 @@ func (h *harness) restart(crashAfter int) {
 	if h.staleClusterReads {
 		clusterClient = h.staleReading(operator)
 	}
+	if h.staleMemberReads {
+		clusterClient = h.staleMemberReading(clusterClient)
+	}
 	// Secrets through the operator's reader, over the harness's always
 	// current store: what it keeps is new with each life, as in a restart.
 	h.cluster = &clusterctrl.Reconciler{Client: clusterClient, APIReader: secretcache.New(h.raw, operator), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
@@ -266,6 +286,60 @@ func (h *harness) staleReading(inner client.WithWatch) client.WithWatch {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
+}
+
+// staleMemberReading wraps the cluster controller's client
+// (staleMemberReads).
+func (h *harness) staleMemberReading(inner client.WithWatch) client.WithWatch {
+	h.staleMembers, h.stalePods = map[string]*v1alpha2.EtcdMember{}, map[string]*corev1.Pod{}
+	return interceptor.NewClient(inner, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			before := &v1alpha2.EtcdMember{}
+			_, member := obj.(*v1alpha2.EtcdMember)
+			held := member && h.raw.Get(ctx, client.ObjectKeyFromObject(obj), before) == nil
+			err := c.Patch(ctx, obj, patch, opts...)
+			if err == nil && held && len(obj.GetFinalizers()) == 0 && len(before.Finalizers) > 0 {
+				h.staleMembers[before.Name] = before
+			}
+			return err
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			before := &corev1.Pod{}
+			_, pod := obj.(*corev1.Pod)
+			held := pod && h.raw.Get(ctx, client.ObjectKeyFromObject(obj), before) == nil
+			err := c.Delete(ctx, obj, opts...)
+			if err == nil && held {
+				h.stalePods[before.Name] = before
+			}
+			return err
+		},
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			err := c.List(ctx, list, opts...)
+			if l, ok := list.(*v1alpha2.EtcdMemberList); ok && err == nil {
+				h.addStaleMembers(l)
+			}
+			return err
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if out, ok := obj.(*corev1.Pod); ok && h.stalePods[key.Name] != nil {
+				h.stalePods[key.Name].DeepCopyInto(out)
+				delete(h.stalePods, key.Name)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+}
+
+// addStaleMembers puts the members released since the last list back into
+// this one, once.
+func (h *harness) addStaleMembers(l *v1alpha2.EtcdMemberList) {
+	for name, m := range h.staleMembers {
+		if !slices.ContainsFunc(l.Items, func(o v1alpha2.EtcdMember) bool { return o.Name == name }) {
+			l.Items = append(l.Items, *m)
+		}
+		delete(h.staleMembers, name)
+	}
 }
 
 // delayedWrite is a member status write held back (statusDelay).

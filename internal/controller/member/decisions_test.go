@@ -22,6 +22,8 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
+	etcdfake "github.com/seed74754924/etcd-operator/internal/etcd/fake"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
@@ -487,5 +489,107 @@ func TestStatusOfAMemberGoneMeanwhile(t *testing.T) {
 	broken := &Reconciler{Client: fake.NewClientBuilder().WithScheme(runtime.NewScheme()).Build()}
 	if err := broken.writeStatus(context.Background(), other); err == nil {
 		t.Fatal("a status write the API server refuses for another reason was not reported")
+	}
+}
+
+// The cluster controller deletes a leaving voter and takes the role label
+// off its Pod; the Pod's event can bring this controller to the member
+// before its cache shows the deletion. On the sandbox the label came back
+// at once and was taken off again (three writes of the Pod, each a sync by
+// its kubelet, which then waited a second longer to stop it). Putting the
+// label on is confirmed with the API server.
+func TestVoterLabelNotPutBackOnALeavingMember(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = v1alpha2.AddToScheme(scheme)
+	_ = clientgoscheme.AddToScheme(scheme)
+	for _, tc := range []struct {
+		name string
+		live func(*v1alpha2.EtcdMember) // nil: gone from the API server
+		want bool
+	}{
+		{name: "deleted on the API server", live: func(m *v1alpha2.EtcdMember) {
+			m.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			m.Finalizers = []string{manifest.MemberFinalizer}
+		}},
+		{name: "gone from the API server"},
+		{name: "another incarnation of the same name", live: func(m *v1alpha2.EtcdMember) { m.UID = "other" }},
+		{name: "still a voter there", live: func(*v1alpha2.EtcdMember) {}, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cached := testMember(func(m *v1alpha2.EtcdMember) {
+				m.Status.IsVoter, m.Status.Version, m.Status.MemberID = true, "3.6.16", "abc"
+			})
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "db-a", Namespace: "ns",
+				Labels: manifest.MemberLabels("db", "db-a"), Annotations: map[string]string{
+					manifest.AnnotationInitialClusterState: manifest.StateExisting, manifest.AnnotationMemberID: "abc"}}}
+			cache := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cached.DeepCopy(), pod.DeepCopy()).Build()
+			api := fake.NewClientBuilder().WithScheme(scheme).Build()
+			if tc.live != nil {
+				live := cached.DeepCopy()
+				tc.live(live)
+				api = fake.NewClientBuilder().WithScheme(scheme).WithObjects(live).Build()
+			}
+			r := &Reconciler{Client: cache, APIReader: api}
+			if err := r.syncPod(context.Background(), testState(cached, "c1", pod)); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := cache.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			if labelled := got.Labels[manifest.LabelRole] == manifest.RoleVoter; labelled != tc.want {
+				t.Errorf("role label on: %t, want %t", labelled, tc.want)
+			}
+		})
+	}
+}
+
+// A member the cluster controller removes from etcd keeps its Ready Pod and
+// its EtcdMember (deleted, finalizer held) until the controller deletes the
+// one and releases the other; a pass in that window asked its etcd for its
+// status, which panics etcd 3.6 once the member applied its removal
+// ("failed to find local ID in cluster members"): on the sandbox most
+// scale-downs ended that way, and a kubelet that saw the crash before the
+// Pod's deletion started etcd again. A leaving member's etcd is not asked.
+func TestRemovedMemberIsNotAsked(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = v1alpha2.AddToScheme(scheme)
+	_ = clientgoscheme.AddToScheme(scheme)
+	now := metav1.NewTime(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	m := testMember(func(m *v1alpha2.EtcdMember) {
+		m.Status.IsVoter, m.Status.Version, m.Status.MemberID = true, "3.6.16", "abc"
+		m.Finalizers, m.DeletionTimestamp = []string{manifest.MemberFinalizer}, &now
+	})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	fakeEtcd := etcdfake.New(0xc1, clock.RealClock{})
+	fakeEtcd.Bootstrap("db-b", "http://db-b.db.ns.svc:2380", "http://db-b.db.ns.svc:2379")
+	c, err := fakeEtcd.Dialer()(ctx, etcd.Config{Endpoints: []string{"http://db-b.db.ns.svc:2379"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, err := c.MemberAddAsLearner(ctx, []string{manifest.PeerURL(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fakeEtcd.Start(manifest.PeerURL(m), m.Name, manifest.ClientURL(m)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MemberRemove(ctx, added.ID); err != nil {
+		t.Fatal(err)
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(m.DeepCopy(), pod.DeepCopy()).Build()
+	r := &Reconciler{Client: cl, APIReader: cl, Dial: fakeEtcd.Dialer(), Recorder: discard{}}
+	s := testState(m, "c1", pod)
+	if _, err := r.observe(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if asked := fakeEtcd.AskedRemoved(); len(asked) > 0 {
+		t.Errorf("the removed member was asked for its status: %v", asked)
+	}
+	ready := conditions.Get(s.member.Status.Conditions, conditions.Ready)
+	if ready == nil || ready.Status != metav1.ConditionTrue || !strings.Contains(ready.Message, "leaving") {
+		t.Errorf("Ready = %+v, want true from the Pod, saying the member is leaving", ready)
 	}
 }

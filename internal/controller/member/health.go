@@ -90,6 +90,15 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 		}
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
+	if s.member.DeletionTimestamp != nil {
+		// Leaving: the cluster controller removes it from etcd (reading
+		// etcd's view itself), then deletes its Pod. A status call that
+		// reaches its etcd after the removal panics etcd 3.6 ("failed to
+		// find local ID in cluster members"), and a kubelet that sees that
+		// crash before the Pod's deletion starts etcd again.
+		set(s, conditions.Ready, true, conditions.ReasonPodReady, "The pod is ready; the member is leaving, and its etcd is no longer asked")
+		return ctrl.Result{RequeueAfter: requeue}, nil
+	}
 	if err := r.readStatus(ctx, s); err != nil {
 		reason, msg := conditions.ReasonDiscoveringMemberID, "The pod is ready but etcd did not answer: "+err.Error()
 		switch {

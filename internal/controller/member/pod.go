@@ -226,6 +226,19 @@ func voterLabel(m *v1alpha2.EtcdMember, pod *corev1.Pod) bool {
 	return m.Status.Version != "" || pod.Labels[manifest.LabelRole] == manifest.RoleVoter
 }
 
+// leaving reports whether the API server has the member deleted or gone.
+func (r *Reconciler) leaving(ctx context.Context, m *v1alpha2.EtcdMember) (bool, error) {
+	live := &v1alpha2.EtcdMember{}
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading member %s: %w", m.Name, err)
+	}
+	return live.UID != m.UID || live.DeletionTimestamp != nil, nil
+}
+
 // syncPod keeps what the operator changes on a running Pod: the voter label
 // the client Service and the PodDisruptionBudget select on (a voter whose
 // etcd has answered since its Pod started), the initial
@@ -239,7 +252,19 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	}
 	// The operator finds its Pods by these labels: put back any edited away.
 	maps.Copy(labels, manifest.MemberLabels(m.Spec.ClusterName, m.Name))
-	if voterLabel(m, pod) {
+	on := voterLabel(m, pod)
+	if on && pod.Labels[manifest.LabelRole] != manifest.RoleVoter {
+		// Putting the label on: the cluster controller takes it off a
+		// leaving member and then (or just before) deletes the member, and
+		// this pass may run on the Pod's event while the cached member
+		// does not show the deletion yet. The API server has the last word.
+		leaving, err := r.leaving(ctx, m)
+		if err != nil {
+			return err
+		}
+		on = !leaving
+	}
+	if on {
 		labels[manifest.LabelRole] = manifest.RoleVoter
 	} else {
 		delete(labels, manifest.LabelRole)

@@ -175,6 +175,14 @@ func (f *client) MemberRemove(_ context.Context, id uint64) error {
 			return err
 		}
 	}
+	if m.running {
+		if f.c.removedAt == nil {
+			f.c.removedAt = map[string]bool{}
+		}
+		for _, u := range m.ClientURLs {
+			f.c.removedAt[u] = true
+		}
+	}
 	delete(f.c.members, id)
 	f.c.commit++
 	f.c.elect()
@@ -224,6 +232,10 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 	m := f.c.byClient(endpoint)
 	if m == nil && f.c.silentAt(endpoint) != nil {
 		return nil, fmt.Errorf("fake: %s serves no client before it knows it has published itself: %w", endpoint, context.DeadlineExceeded)
+	}
+	if m == nil && f.c.removedAt[endpoint] {
+		f.c.askedRemoved = append(f.c.askedRemoved, endpoint)
+		return nil, fmt.Errorf("fake: %s: connection reset (the removed member panicked on the status call)", endpoint)
 	}
 	if m == nil {
 		return nil, fmt.Errorf("fake: dial %s: connection refused", endpoint)

@@ -67,6 +67,14 @@ type Cluster struct {
 	// answers; lowered only by a downgrade.
 	clusterVersion string
 
+	// removedAt are the client URLs of members removed through a client
+	// whose process still ran: etcd 3.6 stops such a member, and a status
+	// call that reaches it after it applied its own removal panics it
+	// (membership's "failed to find local ID in cluster members").
+	// askedRemoved records each such call (see AskedRemoved).
+	removedAt    map[string]bool
+	askedRemoved []string
+
 	// MaxLearners is etcd's --max-learners.
 	MaxLearners int
 	// Unhealthy makes membership changes fail with etcd.ErrUnhealthy
@@ -698,4 +706,12 @@ func (c *Cluster) String() string {
 			m.ID, m.Name, m.IsLearner, s.running, s.isolated, s.started, s.caughtUp, m.ID == c.leader, m.PeerURLs)
 	}
 	return b.String()
+}
+
+// AskedRemoved returns the client URLs a status call reached after their
+// member was removed: each would have crashed a real etcd 3.6.
+func (c *Cluster) AskedRemoved() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.askedRemoved)
 }
