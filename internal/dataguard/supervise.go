@@ -14,6 +14,16 @@ import (
 // first start.
 const walPoll = 200 * time.Millisecond
 
+// selfStopHold is how long the guard keeps the container after etcd
+// stopped by itself. etcd exits with 0 without a signal only once its
+// server stopped for good, which it does when the member is removed from
+// the cluster: the operator removes a member and then deletes its Pod, and
+// a kubelet that saw the container end before it saw the deletion started
+// etcd again (seen on the sandbox in scale-downs), which then had to be
+// stopped too. Holding, the container ends with the signal the deletion
+// brings; after the hold it ends as before.
+var selfStopHold = 10 * time.Second
+
 // Supervise runs etcd (cmd, started here) as the guard's child until it
 // exits, and returns the exit code the container should end with: etcd's
 // own, or 128 plus the signal that ended it. Each signal received on
@@ -33,11 +43,13 @@ func Supervise(cmd *exec.Cmd, signals <-chan os.Signal, dataDir, stateDir string
 	if stateDir == "" || dataDir == "" {
 		watch = nil
 	}
+	signalled := false
 	for {
 		select {
 		case s := <-signals:
 			// Gone already when it exited meanwhile; Wait reports that.
 			_ = cmd.Process.Signal(s)
+			signalled = true
 		case <-watch:
 			if marked, err := markIfLogged(dataDir, stateDir); marked || err != nil {
 				if err != nil {
@@ -51,7 +63,7 @@ func Supervise(cmd *exec.Cmd, signals <-chan os.Signal, dataDir, stateDir string
 			if watch != nil {
 				_, _ = markIfLogged(dataDir, stateDir)
 			}
-			return exitCode(err)
+			return ended(err, signalled, signals)
 		}
 	}
 }
@@ -81,4 +93,25 @@ func exitCode(err error) (int, error) {
 		return 128 + int(ws.Signal()), nil
 	}
 	return exit.ExitCode(), nil
+}
+
+// ended is the container's exit code once etcd ended (err from Wait),
+// after the hold when etcd stopped by itself.
+func ended(err error, signalled bool, signals <-chan os.Signal) (int, error) {
+	code, err := exitCode(err)
+	if err == nil && code == 0 && !signalled {
+		holdAfterSelfStop(signals)
+	}
+	return code, err
+}
+
+// holdAfterSelfStop waits for a signal, or selfStopHold.
+func holdAfterSelfStop(signals <-chan os.Signal) {
+	fmt.Fprintf(os.Stderr, "guard-data: etcd stopped by itself (as it does once this member is removed from the cluster); the container ends on the Pod's deletion or in %s\n", selfStopHold)
+	t := time.NewTimer(selfStopHold)
+	defer t.Stop()
+	select {
+	case <-signals:
+	case <-t.C:
+	}
 }

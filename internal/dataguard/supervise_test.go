@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // sh runs a shell script as the guard's child, with the data directory in
@@ -81,5 +83,51 @@ func TestSuperviseSignals(t *testing.T) {
 	}
 	if _, err := Supervise(exec.Command(filepath.Join(data, "missing")), nil, data, ""); err == nil {
 		t.Fatal("a command that cannot start: no error")
+	}
+}
+
+// etcd ending by itself with 0 (its server stopped for good: the member was
+// removed) keeps the container until a signal comes, so that the kubelet
+// cannot start etcd again before it sees the Pod's deletion; a hold without
+// a signal ends after selfStopHold. Any other end is passed on at once.
+func TestSuperviseHoldsAfterASelfStop(t *testing.T) {
+	data := t.TempDir()
+	defer func(d time.Duration) { selfStopHold = d }(selfStopHold)
+	selfStopHold = time.Hour
+
+	signals := make(chan os.Signal, 1)
+	var sent atomic.Bool
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		sent.Store(true)
+		signals <- syscall.SIGTERM
+	}()
+	code, err := Supervise(sh(data, `exit 0`), signals, data, "")
+	if err != nil || code != 0 {
+		t.Fatalf("Supervise = %d, %v; want 0", code, err)
+	}
+	if !sent.Load() {
+		t.Fatal("the container ended before the signal came")
+	}
+
+	for _, script := range []string{`exit 1`, `kill -KILL $$`} {
+		done := make(chan int, 1)
+		go func() {
+			code, _ := Supervise(sh(data, script), make(chan os.Signal), data, "")
+			done <- code
+		}()
+		select {
+		case code := <-done:
+			if code == 0 {
+				t.Errorf("%s: exit code 0", script)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: held, want passed on at once", script)
+		}
+	}
+
+	selfStopHold = 50 * time.Millisecond
+	if code, err := Supervise(sh(data, `exit 0`), make(chan os.Signal), data, ""); err != nil || code != 0 {
+		t.Fatalf("a hold without a signal: %d, %v; want 0 after the hold", code, err)
 	}
 }
