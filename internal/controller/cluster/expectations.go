@@ -23,7 +23,7 @@ type expectations struct {
 	// until they are long gone (expectationTimeout): a pass on a cache that
 	// still lists one must not ask its etcd about itself. etcd 3.6 panics
 	// when a member that applied its own removal is asked for its status
-	// (seen on every scale-down on the sandbox), and the crash raced the
+	// (seen in most scale-downs on the sandbox), and the crash raced the
 	// Pod's deletion: a kubelet that saw the container die before it saw
 	// the deletion started it again.
 	removed map[types.UID]time.Time
