@@ -24,6 +24,9 @@ const walPoll = 200 * time.Millisecond
 // brings; after the hold it ends as before.
 var selfStopHold = 10 * time.Second
 
+// holding, when set (by tests), is called as the hold begins.
+var holding func()
+
 // Supervise runs etcd (cmd, started here) as the guard's child until it
 // exits, and returns the exit code the container should end with: etcd's
 // own, or 128 plus the signal that ended it. Each signal received on
@@ -108,6 +111,9 @@ func ended(err error, signalled bool, signals <-chan os.Signal) (int, error) {
 // holdAfterSelfStop waits for a signal, or selfStopHold.
 func holdAfterSelfStop(signals <-chan os.Signal) {
 	fmt.Fprintf(os.Stderr, "guard-data: etcd stopped by itself (as it does once this member is removed from the cluster); the container ends on the Pod's deletion or in %s\n", selfStopHold)
+	if holding != nil {
+		holding()
+	}
 	t := time.NewTimer(selfStopHold)
 	defer t.Stop()
 	select {

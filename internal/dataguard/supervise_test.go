@@ -6,7 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -96,18 +96,39 @@ func TestSuperviseHoldsAfterASelfStop(t *testing.T) {
 	selfStopHold = time.Hour
 
 	signals := make(chan os.Signal, 1)
-	var sent atomic.Bool
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		sent.Store(true)
-		signals <- syscall.SIGTERM
-	}()
-	code, err := Supervise(sh(data, `exit 0`), signals, data, "")
-	if err != nil || code != 0 {
-		t.Fatalf("Supervise = %d, %v; want 0", code, err)
+	held := make(chan struct{})
+	var once sync.Once
+	holding = func() { once.Do(func() { close(held) }) }
+	defer func() { holding = nil }()
+	type result struct {
+		code int
+		err  error
 	}
-	if !sent.Load() {
-		t.Fatal("the container ended before the signal came")
+	done := make(chan result, 1)
+	go func() {
+		code, err := Supervise(sh(data, `exit 0`), signals, data, "")
+		done <- result{code, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("the container ended (%d, %v) without waiting for a signal", r.code, r.err)
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd's exit with 0 never began a hold")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the container ended (%d, %v) during the hold, before any signal", r.code, r.err)
+	default:
+	}
+	signals <- syscall.SIGTERM
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != 0 {
+			t.Fatalf("Supervise = %d, %v; want 0", r.code, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the signal did not end the hold")
 	}
 
 	for _, script := range []string{`exit 1`, `kill -KILL $$`} {
