@@ -44,29 +44,23 @@ const agentMemoryLimit = 48 << 20
 // finish records a result in the termination log.
 type agentRun func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int
 
+// configured is an agent that reads its configuration from the
+// environment (a bad one is a failed run) and then runs.
+func configured[C any](load func(func(string) string) (C, error), run func(context.Context, C, *slog.Logger) (report.Result, int)) agentRun {
+	return func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int {
+		cfg, err := load(os.Getenv)
+		if err != nil {
+			return finish(failed(err))
+		}
+		return finish(run(ctx, cfg, log))
+	}
+}
+
 // agents are the subcommands runAgent knows, by name.
 var agents = map[string]agentRun{
-	cmdSnapshotAgent: func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int {
-		cfg, err := agent.SnapshotConfigFromEnv(os.Getenv)
-		if err != nil {
-			return finish(failed(err))
-		}
-		return finish(agent.Snapshot(ctx, cfg, log))
-	},
-	cmdRestoreAgent: func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int {
-		cfg, err := agent.RestoreConfigFromEnv(os.Getenv)
-		if err != nil {
-			return finish(failed(err))
-		}
-		return finish(agent.Restore(ctx, cfg, log))
-	},
-	cmdVerifyAgent: func(ctx context.Context, log *slog.Logger, finish func(report.Result, int) int) int {
-		cfg, err := agent.VerifyConfigFromEnv(os.Getenv)
-		if err != nil {
-			return finish(failed(err))
-		}
-		return finish(agent.VerifySnapshot(ctx, cfg, log))
-	},
+	cmdSnapshotAgent: configured(agent.SnapshotConfigFromEnv, agent.Snapshot),
+	cmdRestoreAgent:  configured(agent.RestoreConfigFromEnv, agent.Restore),
+	cmdVerifyAgent:   configured(agent.VerifyConfigFromEnv, agent.VerifySnapshot),
 	cmdInstallTools: func(_ context.Context, log *slog.Logger, _ func(report.Result, int) int) int {
 		if err := agent.InstallTools(os.Getenv(agentenv.EnvToolsDir)); err != nil {
 			log.Error("Could not install the agent", "error", err)
