@@ -42,7 +42,7 @@ type outcome struct {
 	requeue time.Duration
 	// removed is the member a scale-down took out of etcd and released,
 	// when it was not the leader: the world can be brought up to date
-	// without asking again (see goOn).
+	// without asking again (see goOn). Only a removal etcd made sets it.
 	removed *v1alpha2.EtcdMember
 }
 
@@ -77,7 +77,9 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 	case promote:
 		return r.promote(ctx, w, c)
 	case removeFromEtcd:
-		return r.removeFromEtcd(ctx, w, c)
+		o := r.removeFromEtcd(ctx, w, c)
+		o.removed = nil
+		return o
 	case release:
 		return outcome{err: r.release(ctx, w, c.member, c.message)}
 	case removeStray:
@@ -87,8 +89,8 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 			return outcome{err: err}
 		}
 		o := r.removeFromEtcd(ctx, w, c)
-		if o.err == nil && o.progress == nil && c.handOver == nil && w.leaderMember() != c.member {
-			o.removed = c.member
+		if c.handOver != nil || w.leaderMember() == c.member {
+			o.removed = nil
 		}
 		return o
 	case setDormant, wake:
@@ -317,8 +319,9 @@ func (r *Reconciler) removeFromEtcd(ctx context.Context, w *world, c *change) ou
 		return outcome{err: err}
 	}
 	// etcd changed under no watch; etcd also wants its voters connected
-	// for a while before the next change.
-	return outcome{requeue: etcdRetry}
+	// for a while before the next change. (A refusal asks to come back
+	// at the same time: removed tells the two apart.)
+	return outcome{requeue: etcdRetry, removed: m}
 }
 
 // stopPod deletes the Pod of a member etcd no longer lists, at once: the

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -404,6 +405,40 @@ func TestRemovedMemberPodGoesAtOnce(t *testing.T) {
 	h.run("2", h.converged("c", 2))
 	if checked != 1 {
 		t.Errorf("%d members left etcd, want 1", checked)
+	}
+}
+
+// A removal etcd refuses (its newest voter not connected for long enough)
+// is not taken for one it made: the pass used to forget the refused member,
+// as if gone, and go on to delete the next one, so that two members were
+// leaving at once and the budget was computed without the first (it still
+// runs, is still a voter, and still counts towards quorum).
+func TestRefusedRemovalEndsTheScaleDownPass(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	inEtcd := func() map[string]bool {
+		out := map[string]bool{}
+		for _, em := range h.etcd.Members() {
+			out[em.PeerURLs[0]] = true
+		}
+		return out
+	}
+	h.afterCluster = func() {
+		listed, leaving := inEtcd(), 0
+		for _, m := range h.members("c") {
+			if m.DeletionTimestamp != nil && listed[manifest.PeerURL(&m)] {
+				leaving++
+			}
+		}
+		if leaving > 1 {
+			t.Errorf("%d deleted members still in etcd at once: a refused removal was taken for a done one", leaving)
+		}
+	}
+	h.setReplicas("c", 1)
+	h.run("1", h.converged("c", 1))
+	if !slices.ContainsFunc(h.calls, func(c string) bool { return strings.HasPrefix(c, "remove ") && strings.Contains(c, "refused") }) {
+		t.Fatal("etcd refused no removal: the scenario did not happen")
 	}
 }
 
