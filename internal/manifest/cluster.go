@@ -45,8 +45,8 @@ func HeadlessService(c *v1alpha2.EtcdCluster) *corev1.Service {
 }
 
 // ClientService is the load-balanced endpoint for clients. It selects voters
-// only: a learner refuses most client requests, and a member being removed
-// loses its role label before it leaves etcd.
+// only: a learner refuses most client requests. A member being removed
+// leaves it when its Pod is deleted, right after etcd removed it.
 func ClientService(c *v1alpha2.EtcdCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: clusterMeta(c, ClientServiceName(c.Name)),
@@ -86,8 +86,8 @@ func PDBMinAvailable(voters, replicas, unavailable int32) int32 {
 	return anchor/2 + 1 + unavailable
 }
 
-// PodDisruptionBudget covers voters only: learners, dormant members and
-// members being removed carry no role label.
+// PodDisruptionBudget covers voters only: learners and dormant members
+// carry no role label (members being removed may: the minimum counts them).
 func PodDisruptionBudget(c *v1alpha2.EtcdCluster, minAvailable int32) *policyv1.PodDisruptionBudget {
 	value := intstr.FromInt32(minAvailable)
 	return &policyv1.PodDisruptionBudget{

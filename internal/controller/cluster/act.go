@@ -85,14 +85,7 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 	case removeStray:
 		return r.removeStray(ctx, w, c)
 	case deleteMember:
-		if err := r.deleteMember(ctx, w, c.member, c.reason, c.message); err != nil || !c.thenRemove {
-			return outcome{err: err}
-		}
-		o := r.removeFromEtcd(ctx, w, c)
-		if c.handOver != nil || w.leaderMember() == c.member {
-			o.removed = nil
-		}
-		return o
+		return r.deleteAndRemove(ctx, w, c)
 	case setDormant, wake:
 		return outcome{err: r.setDormant(ctx, w, c.member, c.kind == setDormant)}
 	case restart:
@@ -294,14 +287,20 @@ func (r *Reconciler) promote(ctx context.Context, w *world, c *change) outcome {
 	return outcome{}
 }
 
-// removeFromEtcd removes one leaving member: its Pod first stops serving
-// clients (role label off), a leader hands over its leadership, then etcd
-// removes it and the EtcdMember is released.
+// removeFromEtcd removes one leaving member: a leader hands over its
+// leadership, then etcd removes it, its Pod is deleted and the EtcdMember is
+// released.
+//
+// The Pod keeps its role label to the end: its deletion takes it out of the
+// client Service (a terminating Pod is no endpoint) and the budget counts a
+// deleted voter as unavailable already (budgetCounts). Taking the label off
+// first bought nothing, the endpoint update trailing the removal anyway, and
+// cost the scale-down half a second a Pod on average: the write made the
+// Pod's kubelet sync it just before the deletion arrived, and a kubelet
+// starts a termination only once it has looked at the containers after its
+// last sync (its relist, once a second).
 func (r *Reconciler) removeFromEtcd(ctx context.Context, w *world, c *change) outcome {
 	m := c.member
-	if err := r.stopServing(ctx, w, m); err != nil {
-		return outcome{err: err}
-	}
 	if o, ok := r.handOver(ctx, w, m, c.handOver); !ok {
 		return o
 	}
@@ -374,21 +373,6 @@ func (r *Reconciler) handOver(ctx context.Context, w *world, m, to *v1alpha2.Etc
 	return outcome{}, true
 }
 
-// stopServing takes the role label off the member's Pod, so that the client
-// Service and the PodDisruptionBudget stop counting it before it leaves.
-func (r *Reconciler) stopServing(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
-	pod := w.pods[m.Name]
-	if pod == nil || pod.Labels[manifest.LabelRole] == "" {
-		return nil
-	}
-	patch := client.MergeFrom(pod.DeepCopy())
-	delete(pod.Labels, manifest.LabelRole)
-	if err := r.Client.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("taking the role label off pod %s: %w", pod.Name, err)
-	}
-	return nil
-}
-
 // release drops the member's finalizer: etcd no longer lists it, so the
 // EtcdMember, its Pod and its PVC may go.
 func (r *Reconciler) release(ctx context.Context, w *world, m *v1alpha2.EtcdMember, why string) error {
@@ -415,17 +399,25 @@ func (r *Reconciler) removeStray(ctx context.Context, w *world, c *change) outco
 	return outcome{requeue: etcdRetry}
 }
 
+// deleteAndRemove deletes the member and, when the change says so (a
+// scale-down), removes it from etcd in the same pass. A removal etcd made of
+// a member that did not lead lets the pass go on to the next (see goOn).
+func (r *Reconciler) deleteAndRemove(ctx context.Context, w *world, c *change) outcome {
+	if err := r.deleteMember(ctx, w, c.member, c.reason, c.message); err != nil || !c.thenRemove {
+		return outcome{err: err}
+	}
+	o := r.removeFromEtcd(ctx, w, c)
+	if c.handOver != nil || w.leaderMember() == c.member {
+		o.removed = nil
+	}
+	return o
+}
+
 // deleteMember deletes an EtcdMember the operator gives up; a later pass
 // removes it from etcd (removeFromEtcd) and releases its finalizer.
 func (r *Reconciler) deleteMember(ctx context.Context, w *world, m *v1alpha2.EtcdMember, reason, message string) error {
-	// The deletion first, then out of the client Service and the budget:
-	// the member controller puts the role label back on a voter it does not
-	// know to be leaving, so a label taken off first came back at once (and
-	// was taken off again), every flip a write and a sync of the Pod by its
-	// kubelet. Were the operator to stop between the two, the budget counts
-	// the member as unavailable anyway (budgetCounts), the member
-	// controller takes the label off a deleted member, and removeFromEtcd
-	// takes it off again before etcd is asked.
+	// Its Pod is left as it is (see removeFromEtcd): the budget counts
+	// a deleted voter as unavailable from here on.
 	if err := r.Client.Delete(ctx, m, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting member %s: %w", m.Name, err)
 	}
@@ -435,7 +427,7 @@ func (r *Reconciler) deleteMember(ctx context.Context, w *world, m *v1alpha2.Etc
 	r.expect.deleted(client.ObjectKeyFromObject(w.cluster).String(), m.Name, w.now)
 	r.event(w.cluster, false, reason, "DeleteMember", "%s", message)
 	logf(ctx, w)("Deleting member", "member", m.Name, "reason", reason)
-	return r.stopServing(ctx, w, m)
+	return nil
 }
 
 // setDormant pauses or wakes a member: a dormant member has no Pod but keeps

@@ -139,6 +139,9 @@ type harness struct {
 	downNodes map[string]bool
 	// calls records the operator's etcd membership calls, in order.
 	calls []string
+	// podWrites counts the operator's writes (patch, update) of each Pod,
+	// by name.
+	podWrites map[string]int
 	// allowErrors lets a test accept reconcile errors it provokes.
 	allowErrors bool
 	// checkClientEndpoints checks at every step that the client Service
@@ -220,9 +223,11 @@ func (h *harness) restart(crashAfter int) {
 			return h.count(c.Create(ctx, obj, opts...))
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			h.countPodWrite(obj)
 			return h.count(c.Patch(ctx, obj, patch, opts...))
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			h.countPodWrite(obj)
 			return h.count(c.Update(ctx, obj, opts...))
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
@@ -256,6 +261,17 @@ func (h *harness) restart(crashAfter int) {
 	h.cluster = &clusterctrl.Reconciler{Client: clusterClient, APIReader: secretcache.New(h.raw, operator), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 	h.member = &memberctrl.Reconciler{Client: memberClient, APIReader: secretcache.New(h.raw, memberClient), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 	h.defrag = &defragctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
+}
+
+// countPodWrite counts a write of a Pod in podWrites.
+func (h *harness) countPodWrite(obj client.Object) {
+	if _, ok := obj.(*corev1.Pod); !ok {
+		return
+	}
+	if h.podWrites == nil {
+		h.podWrites = map[string]int{}
+	}
+	h.podWrites[obj.GetName()]++
 }
 
 // staleReading wraps the cluster controller's client (staleClusterReads):

@@ -442,6 +442,35 @@ func TestRefusedRemovalEndsTheScaleDownPass(t *testing.T) {
 	}
 }
 
+// A leaving member's Pod is not written before its deletion (issue 24:
+// scale 5 → 3). On the sandbox, a role label taken off just before the
+// deletion made the Pod's kubelet sync it, and a kubelet starts a
+// termination only after its next look at the containers (a relist, once a
+// second): half a second a Pod on average.
+func TestScaleDownWritesNoLeavingPod(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 5)
+	h.run("5", h.converged("c", 5))
+	before := map[string]bool{}
+	for _, m := range h.members("c") {
+		before[m.Name] = true
+	}
+	h.podWrites = nil
+	h.setReplicas("c", 3)
+	h.run("3", h.converged("c", 3))
+	for _, m := range h.members("c") {
+		delete(before, m.Name)
+	}
+	if len(before) != 2 {
+		t.Fatalf("%d members left, want 2", len(before))
+	}
+	for name := range before {
+		if n := h.podWrites[name]; n > 0 {
+			t.Errorf("the Pod of leaving member %s was written %d times before its deletion", name, n)
+		}
+	}
+}
+
 // Scaling down by two removes both members in one pass when neither leads
 // (issue 24: scale 5 → 3 in the time of removing the two by hand): the
 // second removal's quorum check reads the voters as this pass found them,

@@ -448,7 +448,8 @@ func TestVoterLabel(t *testing.T) {
 		{name: "a voter that answered", voter: true, answered: true, want: true},
 		{name: "a voter promoted before it served", voter: true},
 		{name: "a voter whose Pod already has the label (made with it, or adopted)", voter: true, labelled: true, want: true},
-		{name: "a voter being deleted", voter: true, answered: true, labelled: true, deleting: true},
+		{name: "a voter being deleted keeps its label to the end", voter: true, answered: true, labelled: true, deleting: true, want: true},
+		{name: "a voter being deleted gets none", voter: true, answered: true, deleting: true},
 		{name: "a learner whose Pod has the label", labelled: true, answered: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

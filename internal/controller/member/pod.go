@@ -213,17 +213,24 @@ func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (h
 }
 
 // voterLabel says whether the member's Pod carries the voter label (the
-// client Service routes to it, the budget counts it): a voter that is not
-// being deleted, once this Pod's etcd has answered (Version is cleared when
-// the Pod changes). A member promoted before it published itself through
-// raft has a Ready Pod while its client port serves nothing yet, and
-// clients must not be sent there. A label already on stays (a voter's Pod
-// is made with it, an adopted one came with it).
+// client Service routes to it, the budget counts it): a voter, once this
+// Pod's etcd has answered (Version is cleared when the Pod changes). A
+// member promoted before it published itself through raft has a Ready Pod
+// while its client port serves nothing yet, and clients must not be sent
+// there. A label already on stays (a voter's Pod is made with it, an
+// adopted one came with it), a leaving member's too: its Pod's deletion
+// takes it out of the Service, and a write of the Pod just before that
+// deletion holds the termination up in the kubelet (see the cluster
+// controller's removeFromEtcd). A leaving member never gets the label.
 func voterLabel(m *v1alpha2.EtcdMember, pod *corev1.Pod) bool {
-	if !m.Status.IsVoter || m.DeletionTimestamp != nil {
+	labelled := pod.Labels[manifest.LabelRole] == manifest.RoleVoter
+	switch {
+	case !m.Status.IsVoter:
 		return false
+	case m.DeletionTimestamp != nil:
+		return labelled
 	}
-	return m.Status.Version != "" || pod.Labels[manifest.LabelRole] == manifest.RoleVoter
+	return m.Status.Version != "" || labelled
 }
 
 // leaving reports whether the API server has the member deleted or gone.
@@ -254,10 +261,10 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	maps.Copy(labels, manifest.MemberLabels(m.Spec.ClusterName, m.Name))
 	on := voterLabel(m, pod)
 	if on && pod.Labels[manifest.LabelRole] != manifest.RoleVoter {
-		// Putting the label on: the cluster controller takes it off a
-		// leaving member and then (or just before) deletes the member, and
-		// this pass may run on the Pod's event while the cached member
-		// does not show the deletion yet. The API server has the last word.
+		// Putting the label on (a rare write: a promotion, a new Pod): the
+		// cluster controller may have deleted the member while the cached
+		// one does not show it yet, and a leaving member gets no label.
+		// The API server has the last word.
 		leaving, err := r.leaving(ctx, m)
 		if err != nil {
 			return err
