@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -54,6 +55,7 @@ type options struct {
 	operatorImage          string
 	etcdRepository         string
 	watchNamespaces        string
+	toolsVolume            string
 }
 
 func main() {
@@ -82,6 +84,9 @@ func main() {
 	fs.StringVar(&opts.clusterDomain, "cluster-domain", "", "Cluster DNS domain for certificate names; detected from /etc/resolv.conf when empty, else cluster.local.")
 	fs.StringVar(&opts.operatorImage, "operator-image", os.Getenv("OPERATOR_IMAGE"), "Image of this operator, used for agents in Jobs and init containers.")
 	fs.StringVar(&opts.etcdRepository, "etcd-image-repository", os.Getenv("ETCD_IMAGE_REPOSITORY"), "Repository of etcd images (tag v<version>); quay.io/coreos/etcd when empty.")
+	fs.StringVar(&opts.toolsVolume, "tools-volume", manifest.ToolsVolumeAuto, "How a member's Pod gets the operator's binary, which its data guard runs: "+
+		"image (the operator's image mounted as an image volume: kubelet 1.35 and containerd 2.1 or CRI-O 1.31 or newer), "+
+		"copy (an init container copies it, a second or more per Pod start), or auto (image when every node reports such versions).")
 	fs.StringVar(&opts.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"), "Comma-separated namespaces to watch; all when empty.")
 	showVersion := fs.Bool("version", false, "Print the operator's version and exit.")
 	zapOpts := zap.Options{Development: false}
@@ -115,6 +120,9 @@ func metricsOptions(opts options) metricsserver.Options {
 func run(ctx context.Context, opts options) error {
 	if opts.operatorImage == "controller:latest" {
 		return errors.New("--operator-image is the kustomize placeholder controller:latest; set it to the real image")
+	}
+	if !slices.Contains(manifest.ToolsVolumes, opts.toolsVolume) {
+		return fmt.Errorf("--tools-volume is %q; it takes one of %s", opts.toolsVolume, strings.Join(manifest.ToolsVolumes, ", "))
 	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha2.AddToScheme} {
@@ -205,7 +213,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	mr := &membercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, EtcdRepository: opts.etcdRepository,
-		OperatorImage: opts.operatorImage, Metrics: m,
+		OperatorImage: opts.operatorImage, ToolsVolume: opts.toolsVolume, Metrics: m,
 	}
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)

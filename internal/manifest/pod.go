@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 	"github.com/seed74754924/etcd-operator/internal/dataguard"
 )
 
@@ -45,6 +44,12 @@ type PodOptions struct {
 	// SecretHashes is the AnnotationSecretHashes value of the certificate
 	// material the Pod starts with; empty for a member without Secrets.
 	SecretHashes string
+	// ToolsFromImage mounts the operator's image itself where the data
+	// guard and the restore agent run from (an image volume), instead of
+	// copying its binary there with an init container: a second or more
+	// off every start of a member's Pod. The nodes' kubelets and container
+	// runtimes must support image volumes (see ImageVolumesSupported).
+	ToolsFromImage bool
 }
 
 // MemberOwner is the controller reference every object of a member carries.
@@ -104,7 +109,7 @@ func guarded(m *v1alpha2.EtcdMember, opts PodOptions, c *corev1.Container) {
 	if opts.OperatorImage == "" {
 		return
 	}
-	c.Command = append([]string{toolsPath + "/" + agentenv.ToolName, "guard-data", "--"}, c.Command...)
+	c.Command = append([]string{toolsBinary(opts), "guard-data", "--"}, c.Command...)
 	c.Env = append(c.Env,
 		corev1.EnvVar{Name: dataguard.EnvDataDir, Value: MemberDataDir(m)},
 		corev1.EnvVar{Name: dataguard.EnvStateDir, Value: guardStatePath},

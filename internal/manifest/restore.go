@@ -25,9 +25,10 @@ const (
 
 // toolsInstall is the init container that copies the operator binary into
 // the Pod, where the data guard (the etcd container's entrypoint) and the
-// restore agent run it; none without the operator's image.
+// restore agent run it; none without the operator's image, or with the
+// image mounted as the tools volume.
 func toolsInstall(opts PodOptions) []corev1.Container {
-	if opts.OperatorImage == "" {
+	if opts.OperatorImage == "" || opts.ToolsFromImage {
 		return nil
 	}
 	return []corev1.Container{{
@@ -49,12 +50,27 @@ func agentRequests() corev1.ResourceRequirements {
 	}}
 }
 
-// toolsVolumes is the volume the operator binary is copied into.
+// toolsVolumes is the volume the operator binary is copied into, or the
+// operator's image itself (ToolsFromImage).
 func toolsVolumes(opts PodOptions) []corev1.Volume {
-	if opts.OperatorImage == "" {
+	switch {
+	case opts.OperatorImage == "":
 		return nil
+	case opts.ToolsFromImage:
+		return []corev1.Volume{{Name: toolsVol, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{
+			Reference: opts.OperatorImage, PullPolicy: corev1.PullIfNotPresent,
+		}}}}
 	}
 	return []corev1.Volume{{Name: toolsVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+}
+
+// toolsBinary is where the operator binary is in the tools volume: its copy,
+// or its place in the image.
+func toolsBinary(opts PodOptions) string {
+	if opts.ToolsFromImage {
+		return toolsPath + OperatorBinary
+	}
+	return toolsPath + "/" + agentenv.ToolName
 }
 
 // restoreInitContainers renders the init container that seeds an empty data
@@ -75,7 +91,7 @@ func restoreInitContainers(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Con
 	restore := corev1.Container{
 		Name:                     RestoreContainer,
 		Image:                    EtcdImage(opts.EtcdRepository, m.Spec.Version),
-		Command:                  []string{toolsPath + "/" + agentenv.ToolName, "restore-agent"},
+		Command:                  []string{toolsBinary(opts), "restore-agent"},
 		Env:                      restoreEnv(m),
 		VolumeMounts:             mounts,
 		Resources:                agentRequests(),

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
@@ -50,6 +53,11 @@ func checkBootstrapped(t *testing.T, ns, name string, n int) {
 			t.Errorf("pod %s lacks the voter label the budget selects on", p.Name)
 		}
 	}
+	// The sandbox's nodes (kubelet 1.36 or newer, containerd 2.4) mount
+	// the operator's image; the integration tier's cannot (the operator
+	// sees that in their versions), and the crash test's operator copies
+	// its binary anyway.
+	requireToolsVolume(t, ns, name, !integration())
 	svc, err := kubectl("-n", ns, "get", "service", name, name+"-client", "-o", "jsonpath={.items[*].spec.clusterIP}")
 	if err != nil {
 		t.Errorf("services: %v %s", err, svc)
@@ -57,5 +65,18 @@ func checkBootstrapped(t *testing.T, ns, name string, n int) {
 	pdb, err := kubectl("-n", ns, "get", "pdb", name, "-o", "jsonpath={.spec.minAvailable}")
 	if want := fmt.Sprint(n/2 + 1); err != nil || pdb != want {
 		t.Errorf("budget minAvailable = %q (%v), want %s", pdb, err, want)
+	}
+}
+
+// requireToolsVolume checks how the cluster's Pods got the operator's
+// binary: its image mounted (fromImage), or a copy by an init container.
+func requireToolsVolume(t *testing.T, ns, name string, fromImage bool) {
+	t.Helper()
+	for _, p := range pods(t, ns, name) {
+		mounted := slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Image != nil })
+		copied := slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == manifest.InstallToolsContainer })
+		if mounted != fromImage || copied == fromImage {
+			t.Errorf("pod %s: operator image mounted %t, binary copied %t; want mounted %t", p.Name, mounted, copied, fromImage)
+		}
 	}
 }

@@ -19,15 +19,20 @@ const crashNS = "e2e-crash"
 // down and a scale up. Each converges with etcd's membership exactly the
 // members (no stray learner, no missing member) and no acknowledged write
 // lost. A real SIGKILL of that operator in the middle of a scale follows.
+// This operator copies its binary into member Pods with an init container
+// (manager.toolsVolume=copy), where the suite's mounts its image: both ways
+// run on real nodes.
 func TestOperatorCrashAtEveryStep(t *testing.T) {
 	t.Parallel()
 	ns := namespace(t, crashNS)
-	if err := installOperatorImage(faultsImageRef(t), "eo-crash", ns, false, map[string]string{faults.EnvRestarts: "400"}, ns); err != nil {
+	if err := installOperatorValues(faultsImageRef(t), "eo-crash", ns, false, map[string]string{faults.EnvRestarts: "400"},
+		[]string{"manager.toolsVolume=copy"}, ns); err != nil {
 		t.Fatal(err)
 	}
 	const name = "crashy"
 	newCluster(t, ns, name, 3)
 	waitReconciled(t, ns, name, 3, 5*time.Minute)
+	requireToolsVolume(t, ns, name, false)
 	w := startWriter(t, ns, name)
 	w.mark("crashing")
 	setReplicas(t, ns, name, 1)

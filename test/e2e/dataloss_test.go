@@ -20,6 +20,9 @@ func TestDataDirLossReplaced(t *testing.T) {
 	const name = "wiped"
 	newCluster(t, ns, name, 3)
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
+	// The guard runs from the operator's image where the nodes can mount
+	// it (the sandbox), else from a copy (the integration tier).
+	requireToolsVolume(t, ns, name, !integration())
 	id := getCluster(t, ns, name).Status.ClusterID
 	w := startWriter(t, ns, name)
 	eventually(t, time.Minute, "some writes", func() (bool, string) { return w.count() > 20, "" })

@@ -244,11 +244,20 @@ func installOperator(release, ns string, crds bool, env map[string]string, watch
 
 // installOperatorImage installs the chart with the given operator image.
 func installOperatorImage(img, release, ns string, crds bool, env map[string]string, watch ...string) error {
+	return installOperatorValues(img, release, ns, crds, env, nil, watch...)
+}
+
+// installOperatorValues installs the chart with the given operator image and
+// more values (name=value each).
+func installOperatorValues(img, release, ns string, crds bool, env map[string]string, values []string, watch ...string) error {
 	repo, tag, _ := strings.Cut(img, ":")
 	args := []string{"upgrade", "--install", release, chartPath(),
 		"--namespace", ns, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=" + repo, "--set-string", "image.tag=" + tag,
 		"--set", fmt.Sprintf("crds.enabled=%t", crds), "--set", "manager.logLevel=debug"}
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
 	for i, w := range watch {
 		args = append(args, "--set", fmt.Sprintf("manager.watchNamespaces[%d]=%s", i, w))
 	}

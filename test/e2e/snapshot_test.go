@@ -88,6 +88,9 @@ func TestSnapshotAndRestore(t *testing.T) {
 				t.Parallel()
 				newCluster(t, ns, name, r.members, restoreFrom(r.from))
 				waitReconciled(t, ns, name, int(r.members), 6*time.Minute)
+				// The restore agent ran from the operator's image,
+				// mounted in the seed's Pod (the sandbox's nodes can).
+				requireToolsVolume(t, ns, name, true)
 				if got := readKeys(t, ns, name); !maps.Equal(got, want) {
 					t.Errorf("restored %d keys, want %d; first difference: %s", len(got), len(want), firstDifference(got, want))
 				}

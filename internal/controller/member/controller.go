@@ -48,6 +48,9 @@ type Reconciler struct {
 	// Pod starts before the member is added, held by the join gate, and a
 	// restored cluster's seed runs the restore agent.
 	OperatorImage string
+	// ToolsVolume is how a new Pod gets the operator's binary (one of
+	// manifest.ToolsVolumes; empty is auto).
+	ToolsVolume string
 	// Metrics counts restores that failed; nil records nothing.
 	Metrics *metrics.Metrics
 }

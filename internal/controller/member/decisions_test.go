@@ -594,3 +594,35 @@ func TestRemovedMemberIsNotAsked(t *testing.T) {
 		t.Errorf("Ready = %+v, want true from the Pod, saying the member is leaving", ready)
 	}
 }
+
+// A new Pod mounts the operator's image when configured so, or by default
+// when every node reports a kubelet and a runtime that can mount it.
+func TestToolsFromImage(t *testing.T) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	node := func(name, runtime string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{
+			KubeletVersion: "v1.37.2", ContainerRuntimeVersion: runtime}}}
+	}
+	able, old := node("a", "containerd://2.4.2"), node("b", "containerd://1.7.27")
+	for _, tc := range []struct {
+		name    string
+		setting string
+		nodes   []client.Object
+		want    bool
+	}{
+		{name: "auto, every node able", nodes: []client.Object{able}, want: true},
+		{name: "auto, one node not", setting: manifest.ToolsVolumeAuto, nodes: []client.Object{able, old}},
+		{name: "auto, no node known"},
+		{name: "image whatever the nodes say", setting: manifest.ToolsVolumeImage, nodes: []client.Object{old}, want: true},
+		{name: "copy whatever the nodes say", setting: manifest.ToolsVolumeCopy, nodes: []client.Object{able}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.nodes...).Build(), ToolsVolume: tc.setting}
+			got, why, err := r.toolsFromImage(context.Background())
+			if err != nil || got != tc.want || why == "" {
+				t.Errorf("got %t (%q, %v), want %t", got, why, err, tc.want)
+			}
+		})
+	}
+}

@@ -175,12 +175,17 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 		r.setNotReady(s, conditions.ReasonOperatorImageNotConfigured, msg)
 		return ctrl.Result{}, nil
 	}
+	fromImage, why, err := r.toolsFromImage(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	pod := manifest.Pod(m, manifest.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s),
-		OperatorImage: r.OperatorImage, SecretHashes: hashes})
+		OperatorImage: r.OperatorImage, SecretHashes: hashes, ToolsFromImage: fromImage})
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating pod: %w", err)
 	}
-	logger(ctx, m)("Created pod", "initialClusterState", pod.Annotations[manifest.AnnotationInitialClusterState])
+	logger(ctx, m)("Created pod", "initialClusterState", pod.Annotations[manifest.AnnotationInitialClusterState],
+		"toolsFromImage", fromImage, "why", why)
 	r.setNotReady(s, conditions.ReasonPodNotReady, "Pod created")
 	return ctrl.Result{}, nil
 }
@@ -210,6 +215,27 @@ func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (h
 		}
 	}
 	return manifest.SecretHashes(manifest.HashSecrets(uses, secrets)), "", nil
+}
+
+// toolsFromImage says whether a new Pod mounts the operator's image as its
+// tools volume (see manifest.PodOptions), and why: as configured, or, by
+// default, when every node's kubelet and container runtime can mount it.
+func (r *Reconciler) toolsFromImage(ctx context.Context) (bool, string, error) {
+	switch r.ToolsVolume {
+	case manifest.ToolsVolumeImage:
+		return true, "configured", nil
+	case manifest.ToolsVolumeCopy:
+		return false, "configured", nil
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return false, "", fmt.Errorf("listing nodes: %w", err)
+	}
+	ok, why := manifest.ImageVolumesSupported(nodes.Items)
+	if ok {
+		why = "every node can mount it"
+	}
+	return ok, why, nil
 }
 
 // voterLabel says whether the member's Pod carries the voter label (the
