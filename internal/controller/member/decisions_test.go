@@ -626,3 +626,52 @@ func TestToolsFromImage(t *testing.T) {
 		})
 	}
 }
+
+// A new member's etcd that holds the status call for its whole bound (it
+// does not serve its clients until it has published itself) is asked again
+// at once: it answers a waiting call as soon as it serves. One that refuses
+// the connection is asked again a second later.
+func TestDiscoveryAsksAgainAtOnceAfterAHeldCall(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	_ = v1alpha2.AddToScheme(scheme)
+	_ = clientgoscheme.AddToScheme(scheme)
+	for _, tc := range []struct {
+		name    string
+		started bool
+		want    time.Duration
+	}{
+		{name: "held: running, not serving its clients yet", started: true, want: discoverAgain},
+		{name: "refused: not running", want: retryDiscover},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := testMember()
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+			fakeEtcd := etcdfake.New(0xc1, clock.RealClock{})
+			fakeEtcd.PublishLate = true
+			fakeEtcd.Bootstrap("db-b", "http://db-b.db.ns.svc:2380", "http://db-b.db.ns.svc:2379")
+			c, err := fakeEtcd.Dialer()(ctx, etcd.Config{Endpoints: []string{"http://db-b.db.ns.svc:2379"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.MemberAddAsLearner(ctx, []string{manifest.PeerURL(m)}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.started {
+				if err := fakeEtcd.Start(manifest.PeerURL(m), m.Name, manifest.ClientURL(m)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(m.DeepCopy(), pod.DeepCopy()).Build()
+			r := &Reconciler{Client: cl, APIReader: cl, Dial: fakeEtcd.Dialer(), Recorder: discard{}}
+			res, err := r.observe(ctx, testState(m, "c1", pod))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tc.want {
+				t.Errorf("asked again after %s, want %s", res.RequeueAfter, tc.want)
+			}
+		})
+	}
+}
