@@ -33,13 +33,6 @@ const (
 	// learner taking its whole timeout while the next one was answered at
 	// once.
 	statusTimeout, discoverTimeout, retryDiscover = 5 * time.Second, 2 * time.Second, time.Second
-	// discoverAgain: etcd held that first call for its whole bound. A
-	// member that does not serve its clients yet (a learner publishes
-	// itself only once it has caught up) takes the connection and answers
-	// once it serves, so the next call goes at once: with a second between
-	// calls, a member that began to serve then waited for the next one
-	// (the bench's tmpfs repair waited for two such rounds).
-	discoverAgain = 100 * time.Millisecond
 	// nodeLostAfter: how long a member's node may be NotReady, or its Pod stuck
 	// terminating, before the member counts as lost and gets replaced.
 	nodeLostAfter = 30 * time.Second
@@ -122,9 +115,6 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 		if s.member.Status.Version == "" && reason == conditions.ReasonDiscoveringMemberID {
 			// A Pod whose etcd has not answered yet; one that refuses
 			// the credentials is asked at the usual pace.
-			if errors.Is(err, context.DeadlineExceeded) {
-				return ctrl.Result{RequeueAfter: discoverAgain}, nil
-			}
 			return ctrl.Result{RequeueAfter: retryDiscover}, nil
 		}
 		return ctrl.Result{RequeueAfter: retryStatus}, nil
