@@ -96,6 +96,20 @@ func TestLostDataMessage(t *testing.T) {
 		}(), true},
 		{"removed from the cluster", terminated("the member has been permanently removed from the cluster", ""), true},
 		{"running again after a lost raft log once", terminated("", lostLog), false},
+		// A joiner whose first start could not reach its peers yet, then
+		// came up, and whose Pod the roll-out evicted: the bench's rolling
+		// upgrade replaced such a member for the first start's message.
+		{"stopped for a roll-out after a failed first start", terminated("", "cannot fetch cluster info from peer urls"), false},
+		{"stopped for a roll-out after a failed first start, the Pod deleted", func() *corev1.Pod {
+			p := terminated("", "cannot fetch cluster info from peer urls")
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+			return p
+		}(), false},
+		{"exited on a lost raft log in a Pod being deleted", func() *corev1.Pod {
+			p := terminated(lostLog, "")
+			p.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			return p
+		}(), false},
 		{"exited for another reason", terminated("listen tcp :2379: bind: address already in use", ""), false},
 		{"no container status", &corev1.Pod{}, false},
 	}

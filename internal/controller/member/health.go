@@ -225,19 +225,33 @@ func (r *Reconciler) nodeLostAt(ctx context.Context, pod *corev1.Pod) (time.Time
 // no longer matches the cluster. Only a container that is not running now
 // counts: one that failed once (a peer not resolvable yet) and then came up
 // is fine.
+//
+// Only the container's latest end counts: the current one if it has ended,
+// else (waiting to start again) the last. An earlier end is history: a
+// joiner whose first start could not reach its peers ends with "cannot
+// fetch cluster info", comes up on the next start, and when a roll-out
+// later stops it the kubelet reports that stop as the current end and still
+// shows the first one as the last (the bench's rolling upgrade replaced such
+// a member). Nor does a Pod being deleted count: the operator, a drain or
+// the user stopped it, and its successor says what its data is.
 func lostDataMessage(pod *corev1.Pod) string {
+	if pod.DeletionTimestamp != nil {
+		return ""
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != manifest.EtcdContainer || cs.State.Running != nil {
 			continue
 		}
-		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
-			if t == nil {
-				continue
-			}
-			for _, sig := range lostDataSignatures {
-				if strings.Contains(t.Message, sig) {
-					return sig
-				}
+		t := cs.State.Terminated
+		if t == nil {
+			t = cs.LastTerminationState.Terminated
+		}
+		if t == nil {
+			continue
+		}
+		for _, sig := range lostDataSignatures {
+			if strings.Contains(t.Message, sig) {
+				return sig
 			}
 		}
 	}
