@@ -131,7 +131,7 @@ func verifyContainer(s *v1alpha2.EtcdSnapshot, src v1alpha2.SnapshotLocation, et
 	return corev1.Container{
 		Name:         VerifyAgentContainer,
 		Image:        EtcdImage(etcdRepository, s.Status.Artifact.EtcdVersion),
-		Command:      []string{toolsPath + "/" + agentenv.ToolName, "verify-agent"},
+		Command:      []string{toolsBinary(PodOptions{}), "verify-agent"}, // the copy install-tools makes
 		Env:          verifyEnv(s, src),
 		VolumeMounts: mounts,
 		Resources: corev1.ResourceRequirements{

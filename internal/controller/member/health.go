@@ -223,17 +223,14 @@ func (r *Reconciler) nodeLostAt(ctx context.Context, pod *corev1.Pod) (time.Time
 
 // lostDataMessage returns the line etcd exited with if it says the data dir
 // no longer matches the cluster. Only a container that is not running now
-// counts: one that failed once (a peer not resolvable yet) and then came up
-// is fine.
-//
-// Only the container's latest end counts: the current one if it has ended,
-// else (waiting to start again) the last. An earlier end is history: a
-// joiner whose first start could not reach its peers ends with "cannot
-// fetch cluster info", comes up on the next start, and when a roll-out
-// later stops it the kubelet reports that stop as the current end and still
-// shows the first one as the last (the bench's rolling upgrade replaced such
-// a member). Nor does a Pod being deleted count: the operator, a drain or
-// the user stopped it, and its successor says what its data is.
+// counts, and only its latest end: the current one if it has ended, else
+// (waiting to start again) the last. An earlier end is history: a joiner
+// whose first start could not reach its peers ends with "cannot fetch
+// cluster info", comes up on the next start, and when a roll-out later
+// stops it the kubelet reports that stop as the current end and still
+// shows the first one as the last (the bench's rolling upgrade replaced
+// such a member). Nor does a Pod being deleted count: the operator, a drain
+// or the user stopped it, and its successor says what its data is.
 func lostDataMessage(pod *corev1.Pod) string {
 	if pod.DeletionTimestamp != nil {
 		return ""
