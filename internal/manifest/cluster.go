@@ -6,6 +6,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 )
@@ -100,13 +102,16 @@ func PodDisruptionBudget(c *v1alpha2.EtcdCluster, minAvailable int32) *policyv1.
 }
 
 // NewMember renders a new EtcdMember of a cluster from its latched target.
-// Its name is chosen by the API server (GenerateName), so no two incarnations
-// ever share one; initialCluster stays empty until etcd knows the member.
+// Its name is the cluster's with a random suffix, chosen here rather than by
+// the API server (GenerateName) so that the one create can carry what
+// depends on the name (a seed's initialCluster, a joiner's join cluster);
+// a name still taken makes the create fail with AlreadyExists, and the next
+// pass draws another. initialCluster stays empty until etcd knows the member.
 func NewMember(c *v1alpha2.EtcdCluster, seed bool) *v1alpha2.EtcdMember {
 	o := c.Status.Observed
 	m := &v1alpha2.EtcdMember{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName:    c.Name + "-",
+			Name:            MemberName(c.Name),
 			Namespace:       c.Namespace,
 			Labels:          WithExtra(ClusterLabels(c.Name), ExtraLabels(o.AdditionalMetadata)),
 			Annotations:     WithExtra(nil, ExtraAnnotations(o.AdditionalMetadata)),
@@ -128,6 +133,18 @@ func NewMember(c *v1alpha2.EtcdCluster, seed bool) *v1alpha2.EtcdMember {
 		m.Spec.Restore = c.Spec.Bootstrap.Restore.DeepCopy()
 	}
 	return m
+}
+
+// MemberName draws a new member's name the way the API server fills in a
+// GenerateName of cluster+"-": five random characters after the cluster's
+// name, cut so that the whole is a DNS label (the member's Pod hostname).
+func MemberName(cluster string) string {
+	const suffix, most = 5, validation.DNS1123LabelMaxLength
+	base := cluster + "-"
+	if len(base) > most-suffix {
+		base = base[:most-suffix]
+	}
+	return base + utilrand.String(suffix)
 }
 
 // Names of the Secrets cert-manager writes for a cluster.

@@ -63,7 +63,7 @@ func (p *Plan) members(c *v1alpha2.EtcdCluster) []*v1alpha2.EtcdMember {
 	for _, lm := range p.Live.Members {
 		m := manifest.NewMember(c, false)
 		m.APIVersion, m.Kind = v1alpha2.GroupVersion.String(), "EtcdMember"
-		m.GenerateName, m.Name = "", lm.Name
+		m.Name = lm.Name
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
 		}

@@ -64,8 +64,11 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		}
 		return outcome{}
 	case createSeed:
-		_, err := r.createMember(ctx, w, true)
-		return outcome{err: err}
+		seed, err := r.createMember(ctx, w, true)
+		if err != nil {
+			return outcome{err: err}
+		}
+		return outcome{err: r.completeSeed(ctx, seed, seed.Spec.InitialCluster)}
 	case completeSeed:
 		return outcome{err: r.completeSeed(ctx, c.member, c.initial)}
 	case createJoiner:
@@ -174,10 +177,25 @@ func credentialsProblem(c *v1alpha2.EtcdCluster, err error) *finding {
 
 // createMember creates a new member from the latched target (a joining one
 // at a version the running cluster accepts) and records the expectation
-// that the cache will show it.
+// that the cache will show it. A seed is created with its initialCluster,
+// so its Pod can start at once; with the join gate, a joiner is created with
+// the membership it will join (its Pod starts at once, held by the gate).
 func (r *Reconciler) createMember(ctx context.Context, w *world, seed bool) (*v1alpha2.EtcdMember, error) {
 	m := manifest.NewMember(w.cluster, seed)
-	if !seed {
+	if r.MemberName != nil {
+		m.Name = r.MemberName(w.cluster.Name)
+	}
+	// The member controller's first step would add it; with it from the
+	// start, that pass goes straight to the volume.
+	controllerutil.AddFinalizer(m, manifest.MemberFinalizer)
+	switch {
+	case seed:
+		m.Labels[manifest.LabelComponent] = m.Name
+		m.Spec.InitialCluster = manifest.InitialCluster(map[string]string{m.Name: manifest.PeerURL(m)})
+	case w.joinGate:
+		m.Spec.Version = joinVersion(w)
+		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationJoinCluster, joinClusterFor(w, m))
+	default:
 		m.Spec.Version = joinVersion(w)
 	}
 	if rec := w.cluster.Status.Recovery; seed && rec != nil && rec.Phase == v1alpha2.RecoveryRebootstrapping && rec.Restore != nil {
@@ -209,25 +227,19 @@ func (r *Reconciler) completeSeed(ctx context.Context, seed *v1alpha2.EtcdMember
 			return fmt.Errorf("recording seed %s as a voter: %w", seed.Name, err)
 		}
 	}
+	if seed.Spec.InitialCluster == initial && seed.Labels[manifest.LabelComponent] == seed.Name {
+		return nil
+	}
 	return r.setInitialCluster(ctx, seed, initial)
 }
 
-// createJoiner creates a member, records the membership it will join with
-// (its Pod starts at once, held by the join gate), and, without a gate,
-// adds it to etcd in the same pass.
+// createJoiner creates a member and, without the join gate, adds it to
+// etcd in the same pass; with the gate, its Pod's address in the endpoints
+// brings the add.
 func (r *Reconciler) createJoiner(ctx context.Context, w *world) outcome {
 	m, err := r.createMember(ctx, w, false)
-	if err != nil {
+	if err != nil || w.joinGate {
 		return outcome{err: err}
-	}
-	if w.joinGate {
-		patch := client.MergeFrom(m.DeepCopy())
-		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationJoinCluster, joinClusterFor(w, m))
-		if err := r.Client.Patch(ctx, m, patch); err != nil {
-			return outcome{err: fmt.Errorf("recording the join cluster of %s: %w", m.Name, err)}
-		}
-		// Its Pod's address in the endpoints brings the add.
-		return outcome{}
 	}
 	return r.addLearner(ctx, w, m)
 }

@@ -13,10 +13,11 @@ import (
 // bootstrap forms a new cluster from a single seed member and latches its
 // cluster ID. It does nothing once the cluster ID is known.
 //
-// Order, each step recoverable after a crash: create the seed member (name
-// from GenerateName), record it as a voter and its initialCluster (which
-// lets the member controller start its Pod with --initial-cluster-state=new),
-// then latch the cluster ID, asking the seed alone.
+// Order, each step recoverable after a crash: create the seed member with
+// its initialCluster (which lets the member controller start its Pod with
+// --initial-cluster-state=new at once), record it as a voter, then latch the
+// cluster ID, asking the seed alone. A seed an older operator created
+// without an initialCluster is given one by the same step as the record.
 func (pl *planner) bootstrap() bool {
 	w := pl.w
 	if w.cluster.Status.ClusterID != "" {
@@ -38,7 +39,7 @@ func (pl *planner) bootstrap() bool {
 	case seed == nil:
 		pl.working(conditions.ReasonWaitingForSeed, "Creating the seed member")
 		return pl.act(&change{kind: createSeed})
-	case seed.Spec.InitialCluster == "":
+	case seed.Spec.InitialCluster == "" || !seed.Status.IsVoter:
 		pl.working(conditions.ReasonWaitingForSeed, "Starting seed member %s", seed.Name)
 		return pl.act(&change{kind: completeSeed, member: seed,
 			initial: manifest.InitialCluster(map[string]string{seed.Name: manifest.PeerURL(seed)})})

@@ -60,6 +60,9 @@ type Reconciler struct {
 	// ClusterDomain is the cluster DNS domain the Certificates' names carry
 	// besides the short forms; cluster.local when empty.
 	ClusterDomain string
+	// MemberName draws a new member's name for a cluster;
+	// manifest.MemberName when nil (tests give names in creation order).
+	MemberName func(cluster string) string
 
 	expect expectations
 	seen   seenCache

@@ -258,7 +258,9 @@ func (h *harness) restart(crashAfter int) {
 	}
 	// Secrets through the operator's reader, over the harness's always
 	// current store: what it keeps is new with each life, as in a restart.
-	h.cluster = &clusterctrl.Reconciler{Client: clusterClient, APIReader: secretcache.New(h.raw, operator), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
+	h.cluster = &clusterctrl.Reconciler{Client: clusterClient, APIReader: secretcache.New(h.raw, operator), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage,
+		// Names in creation order, as for generated names below.
+		MemberName: func(cluster string) string { return fmt.Sprintf("%s-%05d", cluster, h.uids+1) }}
 	h.member = &memberctrl.Reconciler{Client: memberClient, APIReader: secretcache.New(h.raw, memberClient), Recorder: h.events, Dial: dial, Clock: h.clock, OperatorImage: operatorImage}
 	h.defrag = &defragctrl.Reconciler{Client: operator, APIReader: operator, Recorder: h.events, Dial: dial, Clock: h.clock}
 }
