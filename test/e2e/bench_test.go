@@ -99,6 +99,7 @@ func init() { mainOperatorWatchesAll = true }
 
 func TestBench(t *testing.T) {
 	ns := namespace(t, benchNS)
+	t.Cleanup(func() { saveOperatorLog(t) })
 	var rows []result
 	add := func(r result) {
 		rows = append(rows, r)
@@ -774,6 +775,27 @@ func report(t *testing.T, rows []result) {
 	}
 	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	fmt.Println("wrote", path)
+}
+
+// saveOperatorLog writes the operator's whole log, with the API server's
+// timestamps, to bench/operator.log: a scenario's timeline says where its
+// time went, the log says why.
+func saveOperatorLog(t *testing.T) {
+	out, err := kubectl("-n", operatorNS, "logs", "deploy/eo-etcd-operator", "--tail=-1", "--timestamps")
+	if err != nil {
+		t.Logf("reading the operator's log: %v: %s", err, out)
+		return
+	}
+	path := filepath.Join(tools.RepoRoot(), "bench", "operator.log")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Logf("saving the operator's log: %v", err)
+		return
+	}
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		t.Logf("saving the operator's log: %v", err)
+		return
 	}
 	fmt.Println("wrote", path)
 }

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -149,30 +150,7 @@ func (tl *timeline) progress(msg string) {
 func (tl *timeline) see(kind watch.EventType, obj any) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		if kind == watch.Deleted {
-			tl.mark(o.Name, "pod gone")
-			return
-		}
-		tl.mark(o.Name, "pod")
-		if o.DeletionTimestamp != nil {
-			tl.mark(o.Name, "deleting")
-		}
-		for _, c := range o.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
-				tl.mark(o.Name, "scheduled")
-			}
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				tl.mark(o.Name, "ready")
-			}
-		}
-		for _, s := range o.Status.ContainerStatuses {
-			if s.Name == manifest.EtcdContainer && s.State.Running != nil {
-				tl.mark(o.Name, "started")
-			}
-			if s.Name == manifest.EtcdContainer && s.State.Terminated != nil {
-				tl.mark(o.Name, "stopped")
-			}
-		}
+		tl.seePod(kind, o)
 	case *corev1.PersistentVolumeClaim:
 		if member, ok := strings.CutPrefix(o.Name, manifest.PVCName("")); ok && strings.HasPrefix(member, tl.cluster+"-") && o.Status.Phase == corev1.ClaimBound {
 			tl.mark(member, "pvc bound")
@@ -187,6 +165,39 @@ func (tl *timeline) see(kind watch.EventType, obj any) {
 				tl.mark(word, step)
 				return
 			}
+		}
+	}
+}
+
+// seePod records the steps a member's Pod shows.
+func (tl *timeline) seePod(kind watch.EventType, o *corev1.Pod) {
+	if kind == watch.Deleted {
+		tl.mark(o.Name, "pod gone")
+		return
+	}
+	tl.mark(o.Name, "pod")
+	if o.DeletionTimestamp != nil {
+		tl.mark(o.Name, "deleting")
+	}
+	for _, c := range o.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+			tl.mark(o.Name, "scheduled")
+		}
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			tl.mark(o.Name, "ready")
+		}
+	}
+	for _, s := range o.Status.ContainerStatuses {
+		if s.Name == manifest.EtcdContainer && s.State.Running != nil {
+			tl.mark(o.Name, "started")
+		}
+		if s.Name == manifest.EtcdContainer && s.State.Terminated != nil {
+			tl.mark(o.Name, "stopped")
+		}
+		if last := s.LastTerminationState.Terminated; s.Name == manifest.EtcdContainer && last != nil {
+			// A restart costs a kubelet back-off; say why it came.
+			tl.progress(fmt.Sprintf("[%s] etcd restarted (%d so far), its last run ended with exit code %d: %s",
+				o.Name, s.RestartCount, last.ExitCode, lastLogLine(last.Message)))
 		}
 	}
 }
@@ -242,4 +253,20 @@ func (tl *timeline) stop(t *testing.T, what string) {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	fmt.Print(b.String())
+}
+
+// lastLogLine is the last line of a termination message (the tail of
+// etcd's log, when it failed): its message and error when it is one of
+// etcd's JSON lines, cut short.
+func lastLogLine(msg string) string {
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	line := lines[len(lines)-1]
+	var entry struct{ Msg, Error string }
+	if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg != "" {
+		line = strings.TrimSuffix(entry.Msg+": "+entry.Error, ": ")
+	}
+	if len(line) > 240 {
+		line = line[:240] + "…"
+	}
+	return line
 }
