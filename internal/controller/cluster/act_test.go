@@ -140,3 +140,12 @@ func TestMemberName(t *testing.T) {
 		t.Errorf("two draws gave the same name %q", a)
 	}
 }
+
+// Every change has a name for the pass log.
+func TestChangeKindNames(t *testing.T) {
+	for k := latchStatus; k <= clearForce; k++ {
+		if name := k.String(); strings.HasPrefix(name, "change(") {
+			t.Errorf("change kind %d has no name", int(k))
+		}
+	}
+}

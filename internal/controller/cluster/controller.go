@@ -171,11 +171,42 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.Metrics.ObserveCluster(w.cluster, w.members, w.etcd.list, w.etcd.leader)
 	r.observeDayTwo(w)
+	after := requeue(w, p, o)
+	logPass(ctx, w, p, o, after)
 	if o.err != nil {
 		r.Metrics.ReconcileError(cluster.Namespace, cluster.Name)
 		return ctrl.Result{}, o.err
 	}
-	return ctrl.Result{RequeueAfter: requeue(w, p, o)}, nil
+	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+// logPass logs, at debug level (-v=1), what a pass saw, did and waits for:
+// where a slow scenario's time went.
+func logPass(ctx context.Context, w *world, p plan, o outcome, after time.Duration) {
+	l := log.FromContext(ctx).V(1)
+	if !l.Enabled() {
+		return
+	}
+	kv := []any{"progress", p.progress.reason + ": " + p.progress.message, "requeueAfter", after.String()}
+	if p.change != nil {
+		kv = append(kv, "change", p.change.kind.String())
+		if p.change.member != nil {
+			kv = append(kv, "member", p.change.member.Name)
+		}
+	}
+	if o.progress != nil {
+		kv = append(kv, "outcome", o.progress.reason+": "+o.progress.message)
+	}
+	if o.err != nil {
+		kv = append(kv, "error", o.err.Error())
+	}
+	if w.etcd.err != nil {
+		kv = append(kv, "etcdError", w.etcd.err.Error())
+	}
+	for name, err := range w.etcd.statusErr {
+		kv = append(kv, "statusError/"+name, err.Error())
+	}
+	l.Info("Pass", kv...)
 }
 
 // maxRemovalsPerPass bounds the removals one pass makes to scale down.

@@ -75,6 +75,21 @@ const (
 	clearForce
 )
 
+var changeNames = map[changeKind]string{
+	latchStatus: "latchStatus", createSeed: "createSeed", completeSeed: "completeSeed", createJoiner: "createJoiner",
+	addLearner: "addLearner", recordJoined: "recordJoined", promote: "promote", removeFromEtcd: "removeFromEtcd",
+	release: "release", removeStray: "removeStray", deleteMember: "deleteMember", setDormant: "setDormant", wake: "wake",
+	restart: "restart", enableDowngrade: "enableDowngrade", cancelDowngrade: "cancelDowngrade", enableAuth: "enableAuth",
+	forceNewCluster: "forceNewCluster", clearForce: "clearForce",
+}
+
+func (k changeKind) String() string {
+	if name, ok := changeNames[k]; ok {
+		return name
+	}
+	return fmt.Sprintf("change(%d)", int(k))
+}
+
 // change is the one change of a plan, with what it needs to be carried out.
 type change struct {
 	kind   changeKind
