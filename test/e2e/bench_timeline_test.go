@@ -255,18 +255,31 @@ func (tl *timeline) stop(t *testing.T, what string) {
 	fmt.Print(b.String())
 }
 
-// lastLogLine is the last line of a termination message (the tail of
-// etcd's log, when it failed): its message and error when it is one of
-// etcd's JSON lines, cut short.
+// lastLogLine is how etcd's last run ended, from its termination message
+// (the tail of its log, when it failed): the message and error of its last
+// line and of the last warning before it, when they are etcd's JSON lines,
+// cut short.
 func lastLogLine(msg string) string {
 	lines := strings.Split(strings.TrimSpace(msg), "\n")
-	line := lines[len(lines)-1]
-	var entry struct{ Msg, Error string }
-	if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg != "" {
-		line = strings.TrimSuffix(entry.Msg+": "+entry.Error, ": ")
+	type entry struct{ Level, Msg, Error string }
+	parse := func(line string) (entry, bool) {
+		var e entry
+		return e, json.Unmarshal([]byte(line), &e) == nil && e.Msg != ""
 	}
-	if len(line) > 240 {
-		line = line[:240] + "…"
+	say := func(e entry) string { return strings.TrimSuffix(e.Msg+": "+e.Error, ": ") }
+	last, ok := parse(lines[len(lines)-1])
+	out := lines[len(lines)-1]
+	if ok {
+		out = say(last)
+		for i := len(lines) - 2; i >= 0; i-- {
+			if e, ok := parse(lines[i]); ok && (e.Level == "warn" || e.Level == "error") {
+				out += " (after " + say(e) + ")"
+				break
+			}
+		}
 	}
-	return line
+	if len(out) > 400 {
+		out = out[:400] + "…"
+	}
+	return out
 }

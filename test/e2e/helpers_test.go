@@ -212,7 +212,13 @@ func allowDeletion(t *testing.T, m *v1alpha2.EtcdMember) {
 // current spec, and etcd's membership is exactly those members, all voters.
 func waitReconciled(t *testing.T, ns, name string, n int, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("%s/%s reconciled with %d members", ns, name, n), func() (bool, string) {
+	waitReconciledEvery(t, 250*time.Millisecond, ns, name, n, timeout)
+}
+
+// waitReconciledEvery is waitReconciled looking every interval.
+func waitReconciledEvery(t *testing.T, interval time.Duration, ns, name string, n int, timeout time.Duration) {
+	t.Helper()
+	eventuallyEvery(t, interval, timeout, fmt.Sprintf("%s/%s reconciled with %d members", ns, name, n), func() (bool, string) {
 		c := getCluster(t, ns, name)
 		p := conditions.Get(c.Status.Conditions, conditions.Progressing)
 		a := conditions.Get(c.Status.Conditions, conditions.Available)
