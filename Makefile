@@ -53,17 +53,21 @@ generate: ## Regenerate deepcopy code, CRDs and the operator's RBAC rules.
 manager: ## Build the operator binary (static) into bin/manager.
 	$(GO) build -ldflags "-s -w -X main.version=$(VERSION)" -o bin/manager ./cmd/etcd-operator
 
+.PHONY: etcd-tools
+etcd-tools: ## Build the small binary member Pods run (data guard, join gate) into bin/etcd-tools.
+	$(GO) build -ldflags "-s -w" -o bin/etcd-tools ./cmd/etcd-tools
+
 .PHONY: image
-image: manager ## Build the operator's OCI image tarball (bin/etcd-operator-image.tar) without a container engine.
-	$(GO) run ./hack/image --binary bin/manager --ref $(IMAGE) --out $(IMAGE_TAR)
+image: manager etcd-tools ## Build the operator's OCI image tarball (bin/etcd-operator-image.tar) without a container engine.
+	$(GO) run ./hack/image --binary bin/manager --tools bin/etcd-tools --ref $(IMAGE) --out $(IMAGE_TAR)
 
 .PHONY: manager-faults
 manager-faults: ## (tests) The operator binary with fault injection (bin/manager-faults), for the crash suite only.
 	$(GO) build -tags faultinjection -ldflags "-s -w -X main.version=$(VERSION)" -o bin/manager-faults ./cmd/etcd-operator
 
 .PHONY: image-faults
-image-faults: manager-faults ## (tests) The operator image with fault injection, for the crash suite only.
-	$(GO) run ./hack/image --binary bin/manager-faults --ref $(FAULTS_IMAGE) --out $(FAULTS_IMAGE_TAR)
+image-faults: manager-faults etcd-tools ## (tests) The operator image with fault injection, for the crash suite only.
+	$(GO) run ./hack/image --binary bin/manager-faults --tools bin/etcd-tools --ref $(FAULTS_IMAGE) --out $(FAULTS_IMAGE_TAR)
 
 # --- kubectl-etcd ---------------------------------------------------------------
 CLI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
@@ -116,11 +120,12 @@ release: tools cli-completions ## Build a release into dist/ (nothing is pushed)
 	rm -rf $(DIST) && mkdir -p $(DIST)/bin
 	for p in $(IMAGE_PLATFORMS); do \
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(DIST)/bin/manager-$${p%/*}-$${p#*/} ./cmd/etcd-operator; \
+		GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(DIST)/bin/etcd-tools-$${p%/*}-$${p#*/} ./cmd/etcd-tools; \
 	done
-	$(GO) run ./hack/image $(foreach p,$(IMAGE_PLATFORMS),--platform $(p)=$(DIST)/bin/manager-$(subst /,-,$(p))) \
+	$(GO) run ./hack/image $(foreach p,$(IMAGE_PLATFORMS),--platform $(p)=$(DIST)/bin/manager-$(subst /,-,$(p)),$(DIST)/bin/etcd-tools-$(subst /,-,$(p))) \
 		--ref $(IMAGE) --out $(DIST)/etcd-operator-image.oci.tar
 	$(GO) run ./hack/sbom --name etcd-operator-image --version $(VERSION) \
-		--created "$$(git log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)" $(DIST)/bin/manager-* > $(DIST)/etcd-operator-image.spdx.json
+		--created "$$(git log -1 --format=%cI 2>/dev/null || date -u +%FT%TZ)" $(DIST)/bin/manager-* $(DIST)/bin/etcd-tools-* > $(DIST)/etcd-operator-image.spdx.json
 	"$$(hack/tools.sh --dir)/helm" package charts/etcd-operator --version $(CHART_VERSION) --app-version $(VERSION) -d $(DIST) >/dev/null
 	for cmd in kubectl-etcd etcd-migrate; do for p in $(RELEASE_PLATFORMS); do \
 		os=$${p%/*}; arch=$${p#*/}; stage=$$(mktemp -d); \
@@ -237,7 +242,7 @@ run-sandbox:
 # procnode (a real control plane; nodes that run Pods as processes in a
 # namespace of the test's own; see docs/testing.md). Root, no sandbox.
 INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced|TestMetricsServedSecurely|TestQuorumLossRecovered|TestQuorumLossRecoveredFromSnapshot|TestDefragReclaimsSpace|TestDefragClearsNOSPACE
-INTEGRATION_DEPS := tools manager manager-faults $(TESTTIMES)
+INTEGRATION_DEPS := tools manager manager-faults etcd-tools $(TESTTIMES)
 .PHONY: test-integration
 test-integration: $(INTEGRATION_DEPS) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).
 	@$(MAKE) --no-print-directory run-integration

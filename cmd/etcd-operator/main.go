@@ -35,6 +35,7 @@ import (
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	defragcontroller "github.com/seed74754924/etcd-operator/internal/controller/defrag"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
+	"github.com/seed74754924/etcd-operator/internal/dataguard"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
@@ -63,7 +64,7 @@ func main() {
 		os.Exit(code)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "guard-data" {
-		os.Exit(guardData(os.Args[2:]))
+		os.Exit(dataguard.Main(os.Args[2:]))
 	}
 	if len(os.Args) > 1 {
 		if sub, ok := subcommands[os.Args[1]]; ok {

@@ -34,12 +34,13 @@ func buildIndex(ps []string, ref, out string) error {
 	}
 	var idx v1.ImageIndex = empty.Index
 	for _, p := range ps {
-		platform, binary, ok := strings.Cut(p, "=")
+		platform, binaries, ok := strings.Cut(p, "=")
 		goos, arch, ok2 := strings.Cut(platform, "/")
+		binary, tools, _ := strings.Cut(binaries, ",")
 		if !ok || !ok2 || binary == "" {
-			return fmt.Errorf("--platform %q: want os/arch=binary", p)
+			return fmt.Errorf("--platform %q: want os/arch=binary[,tools]", p)
 		}
-		img, err := image(binary, goos, arch)
+		img, err := image(binary, tools, goos, arch)
 		if err != nil {
 			return fmt.Errorf("%s: %w", platform, err)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -140,4 +141,53 @@ func platformsOf(t *testing.T, out, unpacked string) []string {
 		}
 	}
 	return got
+}
+
+// TestImageCarriesTools: the image holds /manager and, when given, the small
+// binary member Pods run, /etcd-tools.
+func TestImageCarriesTools(t *testing.T) {
+	dir := t.TempDir()
+	bin, tools := filepath.Join(dir, "manager"), filepath.Join(dir, "tools")
+	for _, f := range []string{bin, tools} {
+		if err := os.WriteFile(f, []byte("binary "+filepath.Base(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		tools string
+		want  []string
+	}{{tools, []string{"manager", "etcd-tools"}}, {"", []string{"manager"}}} {
+		img, err := image(bin, tc.tools, "linux", "amd64")
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, err := img.Layers()
+		if err != nil || len(layers) != 1 {
+			t.Fatalf("layers %v (%v), want one", layers, err)
+		}
+		if files := binariesOf(t, layers[0]); !slices.Equal(files, tc.want) {
+			t.Errorf("with tools %q the image holds %v, want %v", tc.tools, files, tc.want)
+		}
+	}
+}
+
+// binariesOf lists the regular files of a layer outside /etc.
+func binariesOf(t *testing.T, layer v1.Layer) []string {
+	t.Helper()
+	rc, err := layer.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rc.Close() }()
+	var files []string
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return files
+		}
+		if h.Typeflag == tar.TypeReg && !strings.HasPrefix(h.Name, "etc/") {
+			files = append(files, h.Name)
+		}
+	}
 }

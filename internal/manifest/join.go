@@ -51,7 +51,7 @@ func joinGate(m *v1alpha2.EtcdMember, opts PodOptions) []corev1.Container {
 	c := corev1.Container{
 		Name:    JoinGateContainer,
 		Image:   opts.OperatorImage,
-		Command: []string{"/manager", "await-join"},
+		Command: []string{ToolsBinary, "await-join"},
 		Env: []corev1.EnvVar{
 			{Name: join.EnvPeerURL, Value: own},
 			{Name: join.EnvPeers, Value: strings.Join(peers, ",")},

@@ -109,7 +109,7 @@ func guarded(m *v1alpha2.EtcdMember, opts PodOptions, c *corev1.Container) {
 	if opts.OperatorImage == "" {
 		return
 	}
-	c.Command = append([]string{toolsBinary(opts), "guard-data", "--"}, c.Command...)
+	c.Command = append([]string{guardBinary(opts), "guard-data", "--"}, c.Command...)
 	c.Env = append(c.Env,
 		corev1.EnvVar{Name: dataguard.EnvDataDir, Value: MemberDataDir(m)},
 		corev1.EnvVar{Name: dataguard.EnvStateDir, Value: guardStatePath},

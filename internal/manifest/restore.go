@@ -73,6 +73,17 @@ func toolsBinary(opts PodOptions) string {
 	return toolsPath + "/" + agentenv.ToolName
 }
 
+// guardBinary is what runs the data guard: the small etcd-tools binary where
+// the operator's image is mounted (it starts in milliseconds and stays
+// resident beside etcd at a few MiB), else the copied operator binary,
+// which the restore agent needs anyway.
+func guardBinary(opts PodOptions) string {
+	if opts.ToolsFromImage {
+		return toolsPath + ToolsBinary
+	}
+	return toolsBinary(opts)
+}
+
 // restoreInitContainers renders the init container that seeds an empty data
 // directory from the member's snapshot, after toolsInstall; none without a
 // restore or without the operator image to run the agent from. The agent

@@ -30,6 +30,9 @@ const (
 	SnapshotAgentContainer = "snapshot-agent"
 	// OperatorBinary is the operator's executable in its image.
 	OperatorBinary = "/manager"
+	// ToolsBinary is the small executable in the operator's image that
+	// member Pods run: the data guard and the join gate (cmd/etcd-tools).
+	ToolsBinary = "/etcd-tools"
 
 	snapshotCAPath     = "/etc/etcd/pki/ca"
 	snapshotClientPath = "/etc/etcd/pki/client"

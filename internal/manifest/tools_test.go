@@ -41,17 +41,18 @@ func TestImageVolumesSupported(t *testing.T) {
 }
 
 // With ToolsFromImage the operator's image is the tools volume: no init
-// container copies the binary, and the guard and the restore agent run it
-// from where it is in the image.
+// container copies the binary; the guard runs the small etcd-tools binary
+// and the restore agent the operator binary, from where they are in the
+// image. With the copy both run the copied operator binary.
 func TestToolsFromImage(t *testing.T) {
 	m := member(restored(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "e", Bucket: "b", Key: "k",
 		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}}}))
 	for _, tc := range []struct {
-		fromImage     bool
-		inits, binary string
+		fromImage            bool
+		inits, guard, binary string
 	}{
-		{fromImage: false, inits: InstallToolsContainer + "," + RestoreContainer, binary: "/tools/etcd-operator"},
-		{fromImage: true, inits: RestoreContainer, binary: "/tools/manager"},
+		{fromImage: false, inits: InstallToolsContainer + "," + RestoreContainer, guard: "/tools/etcd-operator", binary: "/tools/etcd-operator"},
+		{fromImage: true, inits: RestoreContainer, guard: "/tools/etcd-tools", binary: "/tools/manager"},
 	} {
 		pod := Pod(m, PodOptions{OperatorImage: "op:1", InitialClusterState: StateNew, ToolsFromImage: tc.fromImage})
 		inits, volume := toolsOf(pod)
@@ -59,8 +60,8 @@ func TestToolsFromImage(t *testing.T) {
 			t.Errorf("from image %t: init containers %s, want %s", tc.fromImage, inits, tc.inits)
 		}
 		guard, restore := pod.Spec.Containers[0].Command[0], pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1].Command[0]
-		if guard != tc.binary || restore != tc.binary {
-			t.Errorf("from image %t: the guard runs %s, the restore agent %s, want %s", tc.fromImage, guard, restore, tc.binary)
+		if guard != tc.guard || restore != tc.binary {
+			t.Errorf("from image %t: the guard runs %s, the restore agent %s, want %s and %s", tc.fromImage, guard, restore, tc.guard, tc.binary)
 		}
 		mounted := volume != nil && volume.Image != nil && volume.Image.Reference == "op:1" && volume.Image.PullPolicy == corev1.PullIfNotPresent
 		copied := volume != nil && volume.EmptyDir != nil

@@ -257,8 +257,8 @@ func (tl *timeline) stop(t *testing.T, what string) {
 
 // lastLogLine is how etcd's last run ended, from its termination message
 // (the tail of its log, when it failed): the message and error of its last
-// line and of the last warning before it, when they are etcd's JSON lines,
-// cut short.
+// line, then of each warning or error before it (once each), when they are
+// etcd's JSON lines, cut short.
 func lastLogLine(msg string) string {
 	lines := strings.Split(strings.TrimSpace(msg), "\n")
 	type entry struct{ Level, Msg, Error string }
@@ -271,15 +271,20 @@ func lastLogLine(msg string) string {
 	out := lines[len(lines)-1]
 	if ok {
 		out = say(last)
-		for i := len(lines) - 2; i >= 0; i-- {
-			if e, ok := parse(lines[i]); ok && (e.Level == "warn" || e.Level == "error") {
-				out += " (after " + say(e) + ")"
-				break
+		seen := map[string]bool{out: true}
+		var before []string
+		for _, line := range lines[:len(lines)-1] {
+			if e, ok := parse(line); ok && (e.Level == "warn" || e.Level == "error") && !seen[say(e)] {
+				seen[say(e)] = true
+				before = append(before, say(e))
 			}
 		}
+		if len(before) > 0 {
+			out += " (after: " + strings.Join(before, "; ") + ")"
+		}
 	}
-	if len(out) > 400 {
-		out = out[:400] + "…"
+	if len(out) > 600 {
+		out = out[:600] + "…"
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/procnode"
 	"github.com/seed74754924/etcd-operator/internal/tools"
 )
@@ -86,14 +87,17 @@ func setUpIntegration(ctx context.Context, dir string) error {
 	if err := connect(pn.RESTConfig()); err != nil {
 		return err
 	}
+	etcdTools := filepath.Join(tools.RepoRoot(), "bin", "etcd-tools")
 	for ref, binary := range map[string]string{integrationImage: "manager", integrationFaultsImage: "manager-faults"} {
 		path := filepath.Join(tools.RepoRoot(), "bin", binary)
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("%s is missing: run `make manager manager-faults`", path)
+		for _, p := range []string{path, etcdTools} {
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("%s is missing: run `make manager manager-faults etcd-tools`", p)
+			}
 		}
-		// The release image's user (hack/image): distroless nonroot.
-		pn.AddImage(ref, procnode.Image{Files: map[string]string{"/manager": path}, Entrypoint: []string{"/manager"},
-			User: 65532, Group: 65532})
+		// The release image's files and user (hack/image): distroless nonroot.
+		pn.AddImage(ref, procnode.Image{Files: map[string]string{"/manager": path, manifest.ToolsBinary: etcdTools},
+			Entrypoint: []string{"/manager"}, User: 65532, Group: 65532})
 	}
 	image, faultsImage = integrationImage, integrationFaultsImage
 	return installMainOperator(ctx)

@@ -399,8 +399,8 @@ func smallFiles(t *testing.T, path string) map[string][]byte {
 	return readTar(t, path, false, func(h *tar.Header) bool { return h.Typeflag == tar.TypeReg && h.Size < 1<<20 })
 }
 
-// TestSBOM checks the SBOM describes both operator binaries and their
-// modules.
+// TestSBOM checks the SBOM describes the operator binaries and the
+// etcd-tools binaries of both platforms, and their modules.
 func TestSBOM(t *testing.T) {
 	dir := dist(t)
 	var sbom struct {
@@ -417,17 +417,20 @@ func TestSBOM(t *testing.T) {
 	if err := json.Unmarshal(data, &sbom); err != nil || sbom.SPDXVersion != "SPDX-2.3" {
 		t.Fatalf("SBOM: %v %q", err, sbom.SPDXVersion)
 	}
-	var binaries, controllerRuntime int
+	var binaries, tools, controllerRuntime int
 	for _, p := range sbom.Packages {
 		if strings.Contains(p.Name, "manager-linux-") {
 			binaries++
+		}
+		if strings.Contains(p.Name, "etcd-tools-linux-") {
+			tools++
 		}
 		if p.Name == "sigs.k8s.io/controller-runtime" {
 			controllerRuntime++
 		}
 	}
-	if binaries != 2 || controllerRuntime != 1 {
-		t.Errorf("the SBOM lists %d operator binaries and controller-runtime %d times, want 2 and 1", binaries, controllerRuntime)
+	if binaries != 2 || tools != 2 || controllerRuntime != 1 {
+		t.Errorf("the SBOM lists %d operator binaries, %d etcd-tools binaries and controller-runtime %d times, want 2, 2 and 1", binaries, tools, controllerRuntime)
 	}
 }
 
