@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -28,15 +26,8 @@ type memberWrites struct {
 // EtcdMember writes it gets.
 func actReconciler(t *testing.T) (*Reconciler, client.Client, *memberWrites) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha2.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	writes := &memberWrites{}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(&v1alpha2.EtcdMember{}).
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&v1alpha2.EtcdMember{}).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 				if m, ok := obj.(*v1alpha2.EtcdMember); ok {

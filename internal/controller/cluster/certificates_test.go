@@ -45,9 +45,8 @@ func (f *fakeEvents) count(reason string) int {
 	return n
 }
 
-// certTestReconciler builds a reconciler on a fake API server holding objs;
-// withCertManager makes it serve cert-manager.io/v1 Certificates.
-func certTestReconciler(t *testing.T, withCertManager bool, objs ...client.Object) (*Reconciler, client.Client, *fakeEvents) {
+// testScheme knows the built-in kinds and the operator's.
+func testScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -56,6 +55,14 @@ func certTestReconciler(t *testing.T, withCertManager bool, objs ...client.Objec
 	if err := v1alpha2.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
+	return scheme
+}
+
+// certTestReconciler builds a reconciler on a fake API server holding objs;
+// withCertManager makes it serve cert-manager.io/v1 Certificates.
+func certTestReconciler(t *testing.T, withCertManager bool, objs ...client.Object) (*Reconciler, client.Client, *fakeEvents) {
+	t.Helper()
+	scheme := testScheme(t)
 	mapper := testrestmapper.TestOnlyStaticRESTMapper(scheme)
 	if withCertManager {
 		certs := meta.NewDefaultRESTMapper(nil)
