@@ -239,3 +239,38 @@ func TestSnapshotOfSecuredCluster(t *testing.T) {
 		t.Errorf("restored %d keys, want %d", len(got), len(want))
 	}
 }
+
+// slowStore holds a snapshot's stream open before it reads it, as a large
+// database or a slow store does.
+type slowStore struct {
+	store
+	hold time.Duration
+}
+
+func (s slowStore) Write(ctx context.Context, name string, r io.Reader, sizeHint int64, meta fileMeta) error {
+	// Not a wait for a condition: the stream must stay open past the
+	// opening's bound, which is what the test is about.
+	<-time.After(s.hold)
+	return s.store.Write(ctx, name, r, sizeHint, meta)
+}
+
+// A snapshot that streams for longer than its stream took to open is
+// stored whole: the opening's bound (10 s) used to be the stream's too, and
+// cut off every snapshot that took longer to stream.
+func TestSnapshotStreamOutlivesItsOpening(t *testing.T) {
+	defer func(d time.Duration) { snapshotOpenTimeout = d }(snapshotOpenTimeout)
+	snapshotOpenTimeout = 200 * time.Millisecond
+	e := startEtcd(t)
+	// More than gRPC and the client's pipe buffer before the store reads.
+	want := fill(t, e.client(t), 400, 64<<10)
+	mount := t.TempDir()
+	fs, err := newFileStore(mount, "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := snapshotConfig(e, Location{Kind: "pvc", MountPath: mount, SubPath: "slow"}, "snap", "uid-1")
+	if _, err := takeSnapshot(context.Background(), cfg, slowStore{store: fs, hold: 5 * snapshotOpenTimeout}, quiet); err != nil {
+		t.Fatalf("a snapshot streamed past its opening's bound failed: %v", err)
+	}
+	restoreAndCompare(t, Location{Kind: "pvc", MountPath: mount, SubPath: "slow/snap.db"}, want)
+}

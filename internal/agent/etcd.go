@@ -20,6 +20,10 @@ import (
 // cluster fails the attempt, and the Job retries it.
 const dialTimeout = 10 * time.Second
 
+// snapshotOpenTimeout bounds opening a snapshot stream (until etcd sends its
+// first message), not the stream; a variable for the test that shows it.
+var snapshotOpenTimeout = dialTimeout
+
 // tlsConfig builds the client TLS of the agent from mounted files; nil when
 // the cluster's client plane is plain.
 func tlsConfig(a EtcdAccess) (*tls.Config, error) {

@@ -85,15 +85,22 @@ func takeSnapshot(ctx context.Context, cfg SnapshotConfig, st store, log *slog.L
 		return report.Result{}, err
 	}
 	keys := recordKeys(ctx, c, log)
-	sctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	// The opening is bounded, the stream is not: a gRPC stream lives and
+	// dies with the context it was opened with, so a deadline on that
+	// context would cut off every snapshot that takes longer to stream
+	// (a large database, a slow store). A timer cancels the opening only;
+	// from the first message on, only the run's own deadline bounds it.
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	opening := time.AfterFunc(snapshotOpenTimeout, cancel)
 	resp, err := c.SnapshotWithVersion(sctx)
+	if stopped := opening.Stop(); err == nil && !stopped {
+		_ = resp.Snapshot.Close()
+		err = fmt.Errorf("opening the snapshot stream took longer than %s: %w", snapshotOpenTimeout, context.DeadlineExceeded)
+	}
 	if err != nil {
-		cancel()
 		return report.Result{}, etcdError(err, cfg.Etcd)
 	}
-	// The stream outlives the opening timeout: from here on only the run's
-	// own deadline bounds it.
-	defer cancel()
 	defer func() { _ = resp.Snapshot.Close() }()
 	// The member's own version: the snapshot stream's (etcd 3.6 and later)
 	// is its storage version, which names no patch release.
