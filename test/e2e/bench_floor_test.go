@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,9 +82,10 @@ func measureFloors(t *testing.T, ns string) floors {
 	start := time.Now()
 	c.startPods(t, 1, "new")
 	// The scenarios all keep a client writing; so does the cluster the
-	// floors of their membership changes are measured on.
-	fw := c.startWriter()
-	defer func() { t.Logf("floor %s: %d writes acknowledged", c.name, fw.halt()) }()
+	// floors of their membership changes are measured on: the same writer,
+	// finding the floor's Pods by their label.
+	podSelectors.Store(ns+"/"+c.name, client.MatchingLabels{"floor": c.name})
+	fw := startWriter(t, ns, c.name)
 	c.waitReady(t, 1)
 	f.grow[1] = time.Since(start).Seconds()
 	for n := 2; n <= 5; n++ {
@@ -107,6 +107,7 @@ func measureFloors(t *testing.T, ns string) floors {
 	c.waitVoters(t, 3)
 	c.waitServing(t)
 	f.repair = time.Since(start).Seconds()
+	fw.verify("")
 	c.delete(t)
 	return f
 }
@@ -335,87 +336,6 @@ func (c *floorCluster) remove(t *testing.T, n int) {
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
 	}
-}
-
-// floorWriter writes to a floor cluster as a scenario's writer does to its
-// cluster: a put and a read every 50 ms, through a client of the Ready
-// Pods. Under writes a new learner catches up differently (see waitServing),
-// so a floor without them would not be the floor of a scenario with them.
-type floorWriter struct {
-	stop, done chan struct{}
-	acked      atomic.Int64
-}
-
-func (c *floorCluster) startWriter() *floorWriter {
-	w := &floorWriter{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		var cl *clientv3.Client
-		defer func() {
-			if cl != nil {
-				_ = cl.Close()
-			}
-		}()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		var refreshed time.Time
-		for seq := 0; ; seq++ {
-			select {
-			case <-w.stop:
-				return
-			case <-tick.C:
-			}
-			if time.Since(refreshed) > time.Second {
-				refreshed = time.Now()
-				cl = c.refreshClient(cl)
-			}
-			if cl == nil {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			key := fmt.Sprintf("floor/%08d", seq)
-			if _, err := cl.Put(ctx, key, "v"); err == nil {
-				w.acked.Add(1)
-				_, _ = cl.Get(ctx, key)
-			}
-			cancel()
-		}
-	}()
-	return w
-}
-
-// halt stops the writer and says how many writes etcd acknowledged.
-func (w *floorWriter) halt() int64 {
-	close(w.stop)
-	<-w.done
-	return w.acked.Load()
-}
-
-// refreshClient points the writer's client at the cluster's Ready Pods
-// (read from the API, not from c.members, which the test changes).
-func (c *floorCluster) refreshClient(cl *clientv3.Client) *clientv3.Client {
-	list := &corev1.PodList{}
-	if err := k.List(context.Background(), list, client.InNamespace(c.ns), client.MatchingLabels{"floor": c.name}); err != nil {
-		return cl
-	}
-	var eps []string
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && p.Status.PodIP != "" && podIsReady(p.Status.Conditions) {
-			eps = append(eps, "http://"+p.Status.PodIP+":2379")
-		}
-	}
-	switch {
-	case len(eps) == 0:
-		return cl
-	case cl != nil:
-		cl.SetEndpoints(eps...)
-		return cl
-	}
-	cl, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil
-	}
-	return cl
 }
 
 // call runs one etcd request against the members' Pods.
