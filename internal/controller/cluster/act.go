@@ -193,9 +193,9 @@ func (r *Reconciler) createMember(ctx context.Context, w *world, seed bool) (*v1
 		m.Labels[manifest.LabelComponent] = m.Name
 		m.Spec.InitialCluster = manifest.InitialCluster(map[string]string{m.Name: manifest.PeerURL(m)})
 	case w.joinGate:
-		m.Spec.Version = joinVersion(w)
 		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationJoinCluster, joinClusterFor(w, m))
-	default:
+	}
+	if !seed {
 		m.Spec.Version = joinVersion(w)
 	}
 	if rec := w.cluster.Status.Recovery; seed && rec != nil && rec.Phase == v1alpha2.RecoveryRebootstrapping && rec.Restore != nil {
