@@ -221,7 +221,7 @@ const maxRemovalsPerPass = 4
 // leadership goes on; anything else the planner chooses waits for the next
 // pass, as every change did before.
 func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
-	p, o = r.shrinkAfterAdopting(ctx, w, p, o)
+	p, o = r.actAfterLatching(ctx, w, p, o)
 	for range maxRemovalsPerPass - 1 {
 		if o.removed == nil {
 			break
@@ -236,26 +236,36 @@ func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (pla
 	return p, o
 }
 
-// shrinkAfterAdopting starts, in the pass that adopted a changed spec, the
-// scale-down that spec asks for. The adopted target is written first, as
-// every latch is before anything acts on it; then the planner decides again
-// on the same fresh view of etcd, and only a deletion that goes on to remove
-// its member from etcd is made here (a scale-down's first step). Anything
-// else waits for the next pass, which the status write brings.
-func (r *Reconciler) shrinkAfterAdopting(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
-	if c := p.change; c == nil || c.kind != latchStatus || c.reason != conditions.ReasonSpecChanged || o.err != nil || o.requeue > 0 {
+// actAfterLatching goes on, in the pass that latched a target, with the
+// first step towards it that needs no second look: the seed of a new
+// cluster after its first target, or a scale-down's first removal after a
+// changed spec. The latched target is written first, as every latch is
+// before anything acts on it; then the planner decides again on the same
+// view (for a scale-down the same fresh view of etcd), and only those two
+// steps are made here. Anything else waits for the next pass, which the
+// status write brings. An operator stopped between the write and the step
+// leaves what a pass that only latched leaves.
+func (r *Reconciler) actAfterLatching(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
+	c := p.change
+	if c == nil || c.kind != latchStatus || o.err != nil || o.requeue > 0 {
 		return p, o
 	}
 	next := decide(w)
-	if c := next.change; c == nil || c.kind != deleteMember || !c.thenRemove {
+	n := next.change
+	switch {
+	case n == nil:
+		return p, o
+	case c.reason == conditions.ReasonSpecChanged && n.kind == deleteMember && n.thenRemove:
+	case c.reason == conditions.ReasonInitialSnapshot && n.kind == createSeed:
+	default:
 		return p, o
 	}
 	if err := r.report(ctx, w, p, o); err != nil {
-		// The next pass adopts it again.
+		// The next pass latches it again.
 		return p, outcome{err: err}
 	}
 	w.original = w.cluster.DeepCopy()
-	return next, r.act(ctx, w, next.change)
+	return next, r.act(ctx, w, n)
 }
 
 // maintain runs the steps beside the membership planner: the cert-manager

@@ -516,3 +516,21 @@ func TestScaleDownStartsInThePassThatAdoptsIt(t *testing.T) {
 	}
 	h.run("3", h.converged("c", 3))
 }
+
+// A new cluster's seed is created in the pass that latches the first
+// target (issue 24: a single member's time to reconciled): the target is
+// written first, then the seed, startable, all in the first pass.
+func TestSeedIsCreatedInThePassThatLatchesTheTarget(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 1)
+	h.step()
+	obs := h.getCluster("c").Status.Observed
+	if obs == nil || obs.Replicas != 1 {
+		t.Fatalf("the target written in the first pass is %+v, want 1 replica\n%s", obs, h.dump())
+	}
+	ms := h.members("c")
+	if len(ms) != 1 || ms[0].Spec.InitialCluster == "" {
+		t.Fatalf("after the first pass the cluster has %d members (want the seed, with its initialCluster)\n%s", len(ms), h.dump())
+	}
+	h.run("1", h.converged("c", 1))
+}
