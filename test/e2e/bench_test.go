@@ -136,7 +136,9 @@ func TestBench(t *testing.T) {
 		tmpfs, tmpfsStall := timeToReplace(t, ns, "tmpfs", true)
 		add(floorRow("tmpfs member Pod deleted → replaced, reconciled", tmpfs, f.repair, 1.25, 0).withStall(tmpfsStall))
 		pvc, pvcStall := timeToReplace(t, ns, "pvc", false)
-		add(row("PVC member data lost → replaced, reconciled (from the loss seen)", pvc, "s", "≤ 2 s", 2).withStall(pvcStall))
+		// DESIGN.md's "≤ 2 s" is less than one Pod start; the replacement is
+		// the repair's learner join, held to the same floor (issue 24).
+		add(floorRow("PVC member data lost → replaced, reconciled (from the loss seen)", pvc, f.repair, 1.25, 0).withStall(pvcStall))
 	}
 	if benchWants("leader") {
 		for _, r := range leaderRemoval(t, ns) {
@@ -388,7 +390,12 @@ func rollingUpgrade(t *testing.T, ns string, n int32) []result {
 	from := upgradePath[0]
 	for _, v := range upgradePath[1:] {
 		start := time.Now()
+		tl := watchTimeline(t, ns, name, start)
 		stall := rollTo(t, w, ns, name, int(n), v)
+		tl.stop(t, fmt.Sprintf("%s, rolled to %s (done at %.2f)", name, v, time.Since(start).Seconds()))
+		for _, f := range w.failuresBetween("to "+v, "to "+v+" done", start) {
+			fmt.Println("  " + f)
+		}
 		rows = append(rows, row(fmt.Sprintf("rolling upgrade of %d members %s → %s → reconciled", n, from, v), time.Since(start).Seconds(), "s",
 			"stall ≤ one election timeout (1 s)", 0).withStall(stall))
 		rows = append(rows, row(fmt.Sprintf("rolling upgrade of %d members %s → %s: longest write stall", n, from, v), stall.Seconds(), "s",

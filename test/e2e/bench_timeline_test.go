@@ -45,6 +45,8 @@ type timeline struct {
 	said  []string
 	last  map[string]bool
 	stops []func()
+	// fetched are the restarts whose previous log was asked for.
+	fetched map[string]bool
 }
 
 // watchTimeline starts recording the cluster's timeline; start is its
@@ -198,6 +200,7 @@ func (tl *timeline) seePod(kind watch.EventType, o *corev1.Pod) {
 			// A restart costs a kubelet back-off; say why it came.
 			tl.progress(fmt.Sprintf("[%s] etcd restarted (%d so far), its last run ended with exit code %d: %s",
 				o.Name, s.RestartCount, last.ExitCode, lastLogLine(last.Message)))
+			tl.previousLog(o, s.RestartCount)
 		}
 	}
 }
@@ -253,6 +256,34 @@ func (tl *timeline) stop(t *testing.T, what string) {
 		fmt.Fprintf(&b, "  %s\n", l)
 	}
 	fmt.Print(b.String())
+}
+
+// previousLog adds, once per restart, the warnings and errors of the
+// etcd run that ended, from its whole log: the termination message holds
+// only its tail, which often misses the underlying error (such as why a
+// joiner could not fetch the cluster's membership).
+func (tl *timeline) previousLog(o *corev1.Pod, restarts int32) {
+	key := fmt.Sprintf("%s/%s#%d", o.Namespace, o.Name, restarts)
+	tl.mu.Lock()
+	if tl.fetched == nil {
+		tl.fetched = map[string]bool{}
+	}
+	seen := tl.fetched[key]
+	tl.fetched[key] = true
+	tl.mu.Unlock()
+	if seen {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		raw, err := cs.CoreV1().Pods(o.Namespace).GetLogs(o.Name, &corev1.PodLogOptions{Container: manifest.EtcdContainer, Previous: true}).DoRaw(ctx)
+		if err != nil {
+			tl.progress(fmt.Sprintf("[%s] the log of etcd's run before restart %d: %v", o.Name, restarts, err))
+			return
+		}
+		tl.progress(fmt.Sprintf("[%s] the log of etcd's run before restart %d: %s", o.Name, restarts, lastLogLine(string(raw))))
+	}()
 }
 
 // lastLogLine is how etcd's last run ended, from its termination message

@@ -47,10 +47,13 @@ type writer struct {
 	ackedAt []time.Time
 	failed  int
 	lastErr error
-	marks   map[string]time.Time
-	stop    chan struct{}
-	done    chan struct{}
-	start   time.Time
+	// failures are the writes that failed, when they were called and why
+	// (the first hundred).
+	failures []failure
+	marks    map[string]time.Time
+	stop     chan struct{}
+	done     chan struct{}
+	start    time.Time
 
 	// hist records every put of the writer and every read of its reader,
 	// for the linearizability check; lastSeq is the writer's last key.
@@ -170,6 +173,9 @@ func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
 	if err != nil {
 		w.failed++
 		w.lastErr = err
+		if len(w.failures) < 100 {
+			w.failures = append(w.failures, failure{call: call, took: time.Since(call), err: err.Error()})
+		}
 		return errors.Is(etcd.Classify(err), etcd.ErrAuthFailed)
 	}
 	w.acked[key] = value
@@ -290,6 +296,28 @@ func (w *writer) requireWritesBetween(from, to string, n int) {
 	if got := w.ackedBetween(from, to); got < n {
 		w.t.Errorf("only %d writes were acknowledged between %q and %q, want %d: quorum held, writes should go on", got, from, to, n)
 	}
+}
+
+// failure is a write that failed.
+type failure struct {
+	call time.Time
+	took time.Duration
+	err  string
+}
+
+// failuresBetween describes the writes that failed between two marks, each
+// with when it was called (seconds since zero) and how long it took.
+func (w *writer) failuresBetween(from, to string, zero time.Time) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lo, hi := w.markTime(from, w.start), w.markTime(to, time.Now())
+	var out []string
+	for _, f := range w.failures {
+		if !f.call.Before(lo) && f.call.Before(hi) {
+			out = append(out, fmt.Sprintf("%6.2f  a write failed after %.2f s: %s", f.call.Sub(zero).Seconds(), f.took.Seconds(), f.err))
+		}
+	}
+	return out
 }
 
 // longestStall is the longest time without an acknowledged write between
