@@ -808,3 +808,18 @@ func saveOperatorLog(t *testing.T) {
 	}
 	fmt.Println("wrote", path)
 }
+
+// failuresBetween describes the writes that failed between two marks, each
+// with when it was called (seconds since zero) and how long it took.
+func (w *writer) failuresBetween(from, to string, zero time.Time) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lo, hi := w.markTime(from, w.start), w.markTime(to, time.Now())
+	var out []string
+	for _, f := range w.failures {
+		if !f.call.Before(lo) && f.call.Before(hi) {
+			out = append(out, fmt.Sprintf("%6.2f  a write failed after %.2f s: %s", f.call.Sub(zero).Seconds(), f.took.Seconds(), f.err))
+		}
+	}
+	return out
+}

@@ -305,21 +305,6 @@ type failure struct {
 	err  string
 }
 
-// failuresBetween describes the writes that failed between two marks, each
-// with when it was called (seconds since zero) and how long it took.
-func (w *writer) failuresBetween(from, to string, zero time.Time) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	lo, hi := w.markTime(from, w.start), w.markTime(to, time.Now())
-	var out []string
-	for _, f := range w.failures {
-		if !f.call.Before(lo) && f.call.Before(hi) {
-			out = append(out, fmt.Sprintf("%6.2f  a write failed after %.2f s: %s", f.call.Sub(zero).Seconds(), f.took.Seconds(), f.err))
-		}
-	}
-	return out
-}
-
 // longestStall is the longest time without an acknowledged write between
 // two marks ("" is the start of the writer, or now).
 func (w *writer) longestStall(from, to string) time.Duration {
