@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -55,11 +56,20 @@ func Dial(ctx context.Context, cfg Config) (Client, error) {
 // ResolvingDialer connects to the address resolve knows for a host, and to
 // the host itself otherwise. TLS still verifies the host name: only the
 // address lookup changes. (clientv3 verifies a server against the host of its
-// endpoint, so endpoints must be names, not addresses, for TLS.)
+// endpoint, so endpoints must be names, not addresses, for TLS.) A host
+// resolve knows without an address (a member Pod not given one yet) is not
+// dialed at all: looking its name up in the cluster's DNS before the name
+// exists would make the DNS cache the name as missing, for as long as its
+// negative answers live (5 to 30 seconds), and every Pod asking for it in
+// that time (a joining member's etcd fetching the membership from its
+// peers) would fail.
 func ResolvingDialer(resolve func(host string) (string, bool)) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		if host, port, err := net.SplitHostPort(addr); err == nil {
 			if ip, ok := resolve(host); ok {
+				if ip == "" {
+					return nil, fmt.Errorf("%w: %s", ErrNoAddressYet, host)
+				}
 				addr = net.JoinHostPort(ip, port)
 			}
 		}
@@ -109,7 +119,15 @@ func (c *client) MemberRemove(ctx context.Context, id uint64) error {
 	return classify(err)
 }
 
+// Status asks one member about itself. Its port is tried first, bounded
+// by the same context: clientv3 waits for a connection until the context
+// ends, so a member whose etcd does not run (its port refuses, or its Pod
+// has no address yet) cost the caller its whole deadline, on every pass
+// that asked it; now it costs one refused connection.
 func (c *client) Status(ctx context.Context, endpoint string) (*Status, error) {
+	if err := c.connects(ctx, endpoint); err != nil {
+		return nil, err
+	}
 	resp, err := c.c.Status(ctx, endpoint)
 	if err != nil {
 		return nil, classify(err)
@@ -131,6 +149,28 @@ func (c *client) Status(ctx context.Context, endpoint string) (*Status, error) {
 		st.DowngradeTarget = d.TargetVersion
 	}
 	return st, nil
+}
+
+// connects opens and closes a TCP connection to the endpoint's address,
+// through the client's address resolution.
+func (c *client) connects(ctx context.Context, endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Port() == "" {
+		// Not a URL with a port: clientv3 says what is wrong with it.
+		return nil
+	}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	if c.cfg.Resolve != nil {
+		dial = ResolvingDialer(c.cfg.Resolve)
+	}
+	conn, err := dial(ctx, u.Host)
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", endpoint, err)
+	}
+	return conn.Close()
 }
 
 // ClusterVersion reads the member's /version document over its client URL,

@@ -147,9 +147,14 @@ type Config struct {
 	// Resolve, if set, maps a member's host name to its address before DNS
 	// is asked. Cluster DNS (and each resolver's cache of it) learns about a
 	// new Pod seconds after the operator does; a Pod's own status knows its
-	// IP at once.
+	// IP at once. A host it knows with an empty address is not dialed (see
+	// ResolvingDialer).
 	Resolve func(host string) (string, bool)
 }
+
+// ErrNoAddressYet: the member's Pod has no address yet, so it was not
+// dialed (nor its name looked up).
+var ErrNoAddressYet = errors.New("the member's Pod has no address yet")
 
 // Dialer opens a Client. The controllers receive one so tests can inject the
 // fake.

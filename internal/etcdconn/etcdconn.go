@@ -103,7 +103,9 @@ func AppliedPassword(ctx context.Context, r client.Reader, c *v1alpha2.EtcdClust
 }
 
 // podAddresses maps the DNS names of the cluster's member Pods to their IPs,
-// read from the (cached) Pods of the cluster.
+// read from the (cached) Pods of the cluster; a Pod without an IP yet maps
+// to "", which the dialer refuses rather than asking the cluster's DNS
+// about a name that does not exist yet (see etcd.ResolvingDialer).
 func podAddresses(ctx context.Context, pods client.Reader, c *v1alpha2.EtcdCluster) func(string) (string, bool) {
 	if pods == nil {
 		return nil
@@ -114,8 +116,14 @@ func podAddresses(ctx context.Context, pods client.Reader, c *v1alpha2.EtcdClust
 	}
 	byHost := map[string]string{}
 	for _, p := range list.Items {
-		if p.Status.PodIP != "" && p.Spec.Hostname != "" && p.Spec.Subdomain != "" {
-			byHost[fmt.Sprintf("%s.%s.%s.svc", p.Spec.Hostname, p.Spec.Subdomain, p.Namespace)] = p.Status.PodIP
+		if p.Spec.Hostname == "" || p.Spec.Subdomain == "" {
+			continue
+		}
+		// A member's Pod being made again has the name of the one that
+		// goes: an address wins over none.
+		host := fmt.Sprintf("%s.%s.%s.svc", p.Spec.Hostname, p.Spec.Subdomain, p.Namespace)
+		if p.Status.PodIP != "" || byHost[host] == "" {
+			byHost[host] = p.Status.PodIP
 		}
 	}
 	return func(host string) (string, bool) {
