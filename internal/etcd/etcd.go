@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -155,6 +156,14 @@ type Config struct {
 // ErrNoAddressYet: the member's Pod has no address yet, so it was not
 // dialed (nor its name looked up).
 var ErrNoAddressYet = errors.New("the member's Pod has no address yet")
+
+// Unreachable reports whether a call failed because nothing serves at the
+// member's address: its Pod has none yet, or its port refused the
+// connection (its etcd does not run). Any other failure (a timeout, a
+// member that accepts connections but does not serve yet) is not this.
+func Unreachable(err error) bool {
+	return errors.Is(err, ErrNoAddressYet) || errors.Is(err, syscall.ECONNREFUSED)
+}
 
 // Dialer opens a Client. The controllers receive one so tests can inject the
 // fake.

@@ -245,11 +245,24 @@ func (r *Reconciler) readStatuses(ctx context.Context, w *world, c etcd.Client, 
 // reaches a quorum; without a known leader, through every member asked (a
 // member cut off answers nothing within the timeout).
 func (r *Reconciler) readMembership(ctx context.Context, w *world, asked []*v1alpha2.EtcdMember) {
-	via := asked
+	var via []*v1alpha2.EtcdMember
+	var unreachable error
 	for _, m := range asked {
+		if err := w.etcd.statusErr[m.Name]; etcd.Unreachable(err) {
+			// Nothing serves there: clientv3 would wait for a connection
+			// to it until the call's deadline.
+			unreachable = err
+			continue
+		}
+		via = append(via, m)
 		if st := w.etcd.status[m.Name]; st != nil && w.etcd.leader != nil && st.MemberID == w.etcd.leader.MemberID {
 			via = []*v1alpha2.EtcdMember{m}
+			break
 		}
+	}
+	if len(via) == 0 {
+		w.etcd.err = fmt.Errorf("no member to read the membership from: %w", unreachable)
+		return
 	}
 	c, err := r.dial(ctx, w, via)
 	if err != nil {
