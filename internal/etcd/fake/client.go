@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/url"
 	"slices"
+	"syscall"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 )
@@ -238,7 +239,9 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 		return nil, fmt.Errorf("fake: %s: connection reset (the removed member panicked on the status call)", endpoint)
 	}
 	if m == nil {
-		return nil, fmt.Errorf("fake: dial %s: connection refused", endpoint)
+		// The real client tries the port first and carries the errno
+		// (etcd.Unreachable).
+		return nil, fmt.Errorf("fake: dial %s: %w", endpoint, syscall.ECONNREFUSED)
 	}
 	if err := f.authInfo(); err != nil {
 		return nil, err
@@ -284,7 +287,7 @@ func (f *client) Health(_ context.Context, rawURL string) error {
 	}
 	switch {
 	case m == nil || !m.running:
-		return fmt.Errorf("fake: dial %s: connection refused", rawURL)
+		return fmt.Errorf("fake: dial %s: %w", rawURL, syscall.ECONNREFUSED)
 	case f.c.leaderSeenBy(m) == 0:
 		return fmt.Errorf("%w: %s: no leader", etcd.ErrNotHealthy, rawURL)
 	case !m.caughtUp:
@@ -297,7 +300,7 @@ func (f *client) ClusterVersion(_ context.Context, endpoint string) (string, err
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
 	if f.c.byClient(endpoint) == nil {
-		return "", fmt.Errorf("fake: dial %s: connection refused", endpoint)
+		return "", fmt.Errorf("fake: dial %s: %w", endpoint, syscall.ECONNREFUSED)
 	}
 	return f.c.clusterVersionOf(nil), nil
 }
