@@ -49,12 +49,15 @@ type timeline struct {
 	fetched map[string]bool
 }
 
-// watchTimeline starts recording the cluster's timeline; start is its
-// zero.
-func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline {
-	tl := &timeline{cluster: cluster, start: start, at: map[string]map[string]time.Duration{}}
+// watchTimeline starts recording the cluster's timeline. Its zero, start,
+// is when its watches are open: the scenario's clock starts there, so
+// that opening them (six calls to the API server) is not counted as the
+// operator's time, as nothing is in the floors'.
+func watchTimeline(t *testing.T, ns, cluster string) *timeline {
+	tl := &timeline{cluster: cluster, at: map[string]map[string]time.Duration{}}
 	ctx := context.Background()
 	selector := metav1.ListOptions{LabelSelector: manifest.LabelCluster + "=" + cluster}
+	var watches []watch.Interface
 	// Each watch starts at its list's resourceVersion: what existed before
 	// the scenario is not replayed as if it happened in it.
 	for _, open := range []func() (watch.Interface, error){
@@ -85,6 +88,10 @@ func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline 
 			t.Fatal(err)
 		}
 		tl.stops = append(tl.stops, w.Stop)
+		watches = append(watches, w)
+	}
+	tl.start = time.Now()
+	for _, w := range watches {
 		go func() {
 			for ev := range w.ResultChan() {
 				tl.see(ev.Type, ev.Object)
@@ -96,22 +103,7 @@ func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline 
 	tl.stops = append(tl.stops, func() { close(done) })
 	go func() {
 		for {
-			c := &v1alpha2.EtcdCluster{}
-			if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, c); err == nil {
-				if p := conditions.Get(c.Status.Conditions, conditions.Progressing); p != nil {
-					tl.progress(p.Message)
-				}
-			}
-			// And each member's own account while it is not Ready (a
-			// member whose etcd did not answer the operator yet, say).
-			ms := &v1alpha2.EtcdMemberList{}
-			if err := k.List(ctx, ms, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: cluster}); err == nil {
-				for _, m := range ms.Items {
-					if r := conditions.Get(m.Status.Conditions, conditions.Ready); r != nil && r.Status != metav1.ConditionTrue {
-						tl.progress(fmt.Sprintf("[%s] %s: %s", m.Name, r.Reason, r.Message))
-					}
-				}
-			}
+			tl.readConditions(ns)
 			select {
 			case <-done:
 				return
@@ -120,6 +112,28 @@ func watchTimeline(t *testing.T, ns, cluster string, start time.Time) *timeline 
 		}
 	}()
 	return tl
+}
+
+// readConditions records what the cluster's Progressing condition says,
+// and each member's own account while it is not Ready (a member whose etcd
+// did not answer the operator yet, say).
+func (tl *timeline) readConditions(ns string) {
+	ctx := context.Background()
+	c := &v1alpha2.EtcdCluster{}
+	if err := k.Get(ctx, client.ObjectKey{Namespace: ns, Name: tl.cluster}, c); err == nil {
+		if p := conditions.Get(c.Status.Conditions, conditions.Progressing); p != nil {
+			tl.progress(p.Message)
+		}
+	}
+	ms := &v1alpha2.EtcdMemberList{}
+	if err := k.List(ctx, ms, client.InNamespace(ns), client.MatchingLabels{manifest.LabelCluster: tl.cluster}); err != nil {
+		return
+	}
+	for _, m := range ms.Items {
+		if r := conditions.Get(m.Status.Conditions, conditions.Ready); r != nil && r.Status != metav1.ConditionTrue {
+			tl.progress(fmt.Sprintf("[%s] %s: %s", m.Name, r.Reason, r.Message))
+		}
+	}
 }
 
 // mark records the first time member reached step.
@@ -132,6 +146,15 @@ func (tl *timeline) mark(member, step string) {
 	if _, ok := tl.at[member][step]; !ok {
 		tl.at[member][step] = time.Since(tl.start)
 	}
+}
+
+// between is how long member took from one step to another.
+func (tl *timeline) between(member, from, to string) (time.Duration, bool) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	a, okA := tl.at[member][from]
+	b, okB := tl.at[member][to]
+	return b - a, okA && okB
 }
 
 // progress records a message the first time it is seen.
