@@ -104,9 +104,13 @@ func TestBench(t *testing.T) {
 		rows = append(rows, r)
 		t.Logf("%-62s %8.2f %-5s target %s", r.Scenario, r.Value, r.Unit, r.Target)
 	}
-	f := measureFloors(t, ns)
-	for _, r := range f.rows() {
-		add(r)
+	// The floors are measured when a group compared with them runs.
+	var f floors
+	if benchWants("create") || benchWants("spread") || benchWants("scale") || benchWants("replace") {
+		f = measureFloors(t, ns)
+		for _, r := range f.rows() {
+			add(r)
+		}
 	}
 	if benchWants("create") {
 		for _, r := range singleMember(t, ns, f.pod) {
@@ -194,7 +198,7 @@ func steadyClusters(t *testing.T) int {
 }
 
 // benchWants says whether BENCH_ONLY (a comma-separated list of scenario
-// groups; empty for all) asks for the group. The floors always run.
+// groups; empty for all) asks for the group.
 func benchWants(group string) bool {
 	only := os.Getenv("BENCH_ONLY")
 	return only == "" || slices.Contains(strings.Split(only, ","), group)
@@ -392,6 +396,16 @@ func leaderRemoval(t *testing.T, ns string) []result {
 	defer w.halt()
 	w.requireWritesAfter("", 5, time.Minute)
 	with, without := leaderRemovalStalls(t, w, ns, name)
+	for _, phase := range []string{"with hand-over", "without hand-over"} {
+		w.mu.Lock()
+		zero := w.markTime(phase, w.start)
+		w.mu.Unlock()
+		began, d := w.longestStallAt(phase, phase+" done")
+		fmt.Printf("leader removed %s: longest write stall %.2f s, from %.2f s; writes that failed (seconds since the scale began):\n", phase, d.Seconds(), began.Sub(zero).Seconds())
+		for _, f := range w.failuresBetween(phase, phase+" done", zero) {
+			fmt.Println("  " + f)
+		}
+	}
 	w.verify("without hand-over done")
 	limit := electionTimeout.Seconds()
 	return []result{

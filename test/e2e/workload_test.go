@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -308,18 +309,26 @@ type failure struct {
 // longestStall is the longest time without an acknowledged write between
 // two marks ("" is the start of the writer, or now).
 func (w *writer) longestStall(from, to string) time.Duration {
+	_, d := w.longestStallAt(from, to)
+	return d
+}
+
+// longestStallAt is longestStall with when that stall began.
+func (w *writer) longestStallAt(from, to string) (time.Time, time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	lo, hi := w.markTime(from, w.start), w.markTime(to, time.Now())
-	prev, longest := lo, time.Duration(0)
-	for _, at := range w.ackedAt {
-		if at.Before(lo) || !at.Before(hi) {
+	prev, began, longest := lo, lo, time.Duration(0)
+	for _, at := range append(slices.Clone(w.ackedAt), hi) {
+		if at.Before(lo) || at.After(hi) {
 			continue
 		}
-		longest = max(longest, at.Sub(prev))
+		if at.Sub(prev) > longest {
+			began, longest = prev, at.Sub(prev)
+		}
 		prev = at
 	}
-	return max(longest, hi.Sub(prev))
+	return began, longest
 }
 
 // verify stops the writer, checks that every acknowledged write is in the
