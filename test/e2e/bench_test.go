@@ -433,6 +433,8 @@ func rollingUpgrade(t *testing.T, ns string, n int32) []result {
 		start := tl.start
 		stall := rollTo(t, w, ns, name, int(n), v)
 		tl.stop(t, fmt.Sprintf("%s, rolled to %s (done at %.2f)", name, v, time.Since(start).Seconds()))
+		began, d := w.longestStallAt("to "+v, "to "+v+" done")
+		fmt.Printf("  longest write stall %.2f s, from %.2f s; writes that failed:\n", d.Seconds(), began.Sub(start).Seconds())
 		for _, f := range w.failuresBetween("to "+v, "to "+v+" done", start) {
 			fmt.Println("  " + f)
 		}

@@ -166,12 +166,11 @@ func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
 	_, err := c.Put(ctx, key, value)
 	w.hist.Record(history.Op{Client: 0, Kind: history.Put, Key: key, Value: value, Call: call, Return: time.Now(), Err: err})
 	w.lastSeq.Store(int64(seq))
-	if key == registerKey(w.space) {
-		return err != nil && errors.Is(etcd.Classify(err), etcd.ErrAuthFailed)
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
+		// The register's writes fail like any other: they count, and are
+		// listed, too (a stall with no failed write listed would hide one).
 		w.failed++
 		w.lastErr = err
 		if len(w.failures) < 100 {
@@ -179,8 +178,12 @@ func (w *writer) put(c *clientv3.Client, seq int) (refused bool) {
 		}
 		return errors.Is(etcd.Classify(err), etcd.ErrAuthFailed)
 	}
-	w.acked[key] = value
 	w.ackedAt = append(w.ackedAt, time.Now())
+	if key != registerKey(w.space) {
+		// The register is overwritten: its writes are checked by the
+		// history's reads, not by their presence.
+		w.acked[key] = value
+	}
 	return false
 }
 
