@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -322,14 +321,17 @@ func (w *writer) longestStallAt(from, to string) (time.Time, time.Duration) {
 	defer w.mu.Unlock()
 	lo, hi := w.markTime(from, w.start), w.markTime(to, time.Now())
 	prev, began, longest := lo, lo, time.Duration(0)
-	for _, at := range append(slices.Clone(w.ackedAt), hi) {
-		if at.Before(lo) || at.After(hi) {
+	for _, at := range w.ackedAt {
+		if at.Before(lo) || !at.Before(hi) {
 			continue
 		}
 		if at.Sub(prev) > longest {
 			began, longest = prev, at.Sub(prev)
 		}
 		prev = at
+	}
+	if hi.Sub(prev) > longest {
+		began, longest = prev, hi.Sub(prev)
 	}
 	return began, longest
 }
