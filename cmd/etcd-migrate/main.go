@@ -50,7 +50,9 @@ func execute(ctx context.Context, args []string, in io.Reader, out, errOut io.Wr
 its members are, and prints what it would create, what it cannot carry over and
 what changes. With --apply it hands the running Pods and volumes to a new
 EtcdCluster and one EtcdMember per member, without restarting any Pod or
-touching etcd's membership. Both operators must be scaled to zero first.`,
+touching etcd's membership. Both operators must be scaled to zero first: the
+Deployments --legacy-operator and --operator name must exist at zero replicas,
+and no Deployment in any namespace may run the legacy operator's image.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
@@ -75,9 +77,9 @@ touching etcd's membership. Both operators must be scaled to zero first.`,
 	f.StringVarP(&o.Namespace, "namespace", "n", "", "only clusters in this namespace (default: all namespaces)")
 	f.BoolVar(&o.Apply, "apply", false, "carry the plan out (default: dry run, nothing changes)")
 	f.BoolVarP(&o.Yes, "yes", "y", false, "do not ask for confirmation")
-	f.StringVar(&o.LegacyOperator, "legacy-operator", "etcd-operator-system/etcd-operator-controller-manager", "namespace/name of the legacy operator's Deployment, which must be scaled to zero")
-	f.StringVar(&o.Operator, "operator", "etcd-operator-system/etcd-operator", "namespace/name of the new operator's Deployment, which must be scaled to zero")
-	f.BoolVar(&o.SkipOperatorCheck, "skip-operator-check", false, "do not check that both operators are scaled to zero")
+	f.StringVar(&o.LegacyOperator, "legacy-operator", "etcd-operator-system/etcd-operator-controller-manager", "namespace/name of the legacy operator's Deployment, which must exist and be scaled to zero (with Helm: <fullname>-controller-manager)")
+	f.StringVar(&o.Operator, "operator", "etcd-operator-system/etcd-operator", "namespace/name of the new operator's Deployment, which must exist and be scaled to zero")
+	f.BoolVar(&o.SkipOperatorCheck, "skip-operator-check", false, "do not check that the operators are stopped: neither the two Deployments named nor the Deployments running the legacy operator's image in any namespace")
 	f.StringVar(&o.Version, "version", "", "etcd version (X.Y.Z) for every cluster, instead of the running image's tag")
 	f.BoolVar(&o.SkipBackup, "skip-backup", false, "do not save a safety snapshot before adopting")
 	f.StringVar(&o.BackupDir, "backup-dir", ".", "directory for the safety snapshots (<namespace>_<name>_<clusterID>.db)")

@@ -8,11 +8,8 @@ import (
 	"io"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,10 +23,11 @@ type Options struct {
 	Apply     bool
 	Yes       bool
 	// LegacyOperator and Operator are namespace/name of the two operators'
-	// Deployments, which must be scaled to zero before --apply.
+	// Deployments, which must exist and be scaled to zero before --apply.
 	LegacyOperator string
 	Operator       string
-	// SkipOperatorCheck skips that check (for operators not run as a
+	// SkipOperatorCheck skips that check, and the search for Deployments
+	// running the legacy operator's image (for operators not run as a
 	// Deployment).
 	SkipOperatorCheck bool
 	// Version overrides the version read from the running image.
@@ -121,11 +119,9 @@ func apply(ctx context.Context, env Env, o Options, plans []*Plan, carry []*Sche
 		return exitFor(refused)
 	}
 	if !o.SkipOperatorCheck {
-		for _, ref := range []string{o.LegacyOperator, o.Operator} {
-			if err := scaledDown(ctx, env.Client, ref); err != nil {
-				fmt.Fprintln(errOut, "Error:", err)
-				return ExitFailed
-			}
+		if err := operatorsStopped(ctx, env.Client, o); err != nil {
+			fmt.Fprintln(errOut, "Error:", err)
+			return ExitFailed
 		}
 	}
 	if !o.Yes && !confirm(in, out, len(plans), len(carry)) {
@@ -236,37 +232,4 @@ func listLegacy(ctx context.Context, c client.Client, ns string) ([]*Legacy, err
 		out = append(out, l)
 	}
 	return out, nil
-}
-
-// scaledDown checks that an operator's Deployment (namespace/name) is absent
-// or scaled to zero with no Pod left running.
-func scaledDown(ctx context.Context, c client.Client, ref string) error {
-	ns, name, ok := strings.Cut(ref, "/")
-	if !ok || ns == "" || name == "" {
-		return fmt.Errorf("operator Deployment %q: want namespace/name", ref)
-	}
-	d := &appsv1.Deployment{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("reading operator Deployment %s: %w", ref, err)
-	}
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 0 {
-		return fmt.Errorf("operator Deployment %s is not scaled to zero: kubectl -n %s scale deployment %s --replicas=0", ref, ns, name)
-	}
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-	if err != nil {
-		return err
-	}
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return err
-	}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			return fmt.Errorf("operator Deployment %s is scaled to zero but its Pod %s still exists: wait until it is gone", ref, p.Name)
-		}
-	}
-	return nil
 }
