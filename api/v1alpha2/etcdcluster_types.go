@@ -228,6 +228,13 @@ type EtcdClusterStatus struct {
 	// (see RecoveryStatus).
 	// +optional
 	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+	// NoLeaderSince is when the operator first found, in an unbroken run
+	// of passes, that no member whose etcd answers names a leader and no
+	// voter it cannot reach has a Ready Pod. The quorum is called lost (and
+	// a recovery may be planned) only once this has lasted the quorum-loss
+	// grace; it is cleared as soon as any member names a leader.
+	// +optional
+	NoLeaderSince *metav1.Time `json:"noLeaderSince,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
 	// +listType=map
 	// +listMapKey=type
@@ -300,9 +307,12 @@ type RecoveryStatus struct {
 	// that set it knows the answer is to its request.
 	// +optional
 	Request string `json:"request,omitempty"`
-	// Token identifies the plan: set the annotation
-	// etcd-operator.cozystack.io/recover to it to carry the plan out. It
-	// changes whenever the plan does.
+	// Token identifies the plan, made at PlanTime: set the annotation
+	// etcd-operator.cozystack.io/recover to it before ExpiryTime to carry
+	// the plan out. It changes whenever the plan does, and with every new
+	// plan time, so a token is good for this plan only, and only once: a
+	// consent moves the record out of Planned, and no later plan has the
+	// same token.
 	// +optional
 	Token string `json:"token,omitempty"`
 	// Message says what the plan does, why it was refused, or where it is.
@@ -330,6 +340,10 @@ type RecoveryStatus struct {
 	// PlanTime is when the plan was made.
 	// +optional
 	PlanTime *metav1.Time `json:"planTime,omitempty"`
+	// ExpiryTime is when the plan's token stops being accepted; a plan
+	// still asked for then is made again, with a new token.
+	// +optional
+	ExpiryTime *metav1.Time `json:"expiryTime,omitempty"`
 	// StartTime is when the consented plan started.
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`

@@ -297,6 +297,10 @@ func (in *EtcdClusterStatus) DeepCopyInto(out *EtcdClusterStatus) {
 		*out = new(RecoveryStatus)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.NoLeaderSince != nil {
+		in, out := &in.NoLeaderSince, &out.NoLeaderSince
+		*out = (*in).DeepCopy()
+	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
 		*out = make([]metav1.Condition, len(*in))
@@ -1228,6 +1232,10 @@ func (in *RecoveryStatus) DeepCopyInto(out *RecoveryStatus) {
 	}
 	if in.PlanTime != nil {
 		in, out := &in.PlanTime, &out.PlanTime
+		*out = (*in).DeepCopy()
+	}
+	if in.ExpiryTime != nil {
+		in, out := &in.ExpiryTime, &out.ExpiryTime
 		*out = (*in).DeepCopy()
 	}
 	if in.StartTime != nil {

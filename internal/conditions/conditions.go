@@ -45,6 +45,15 @@ const (
 	ReasonWaitingForMembers  = "WaitingForMembers"
 	ReasonPromotingLearner   = "PromotingLearner"
 	ReasonRemovingStray      = "RemovingStrayMember"
+	// ReasonNoLeader: no member that answers names a leader, for less
+	// than the quorum-loss grace (an election, or the start of a loss).
+	ReasonNoLeader = "NoLeader"
+	// ReasonLeaderUnreachable: members follow a leader the operator cannot
+	// reach: evidence of a quorum, reported apart from its loss.
+	ReasonLeaderUnreachable = "LeaderUnreachable"
+	// ReasonForceMarkRemoved: a survivor's mark no recovery record
+	// authorizes was taken off a member (Events).
+	ReasonForceMarkRemoved = "ForceMarkRemoved"
 	// ReasonRecoveryPlanned: a recovery from quorum loss was planned (the
 	// dry run) and waits for consent.
 	ReasonRecoveryPlanned = "RecoveryPlanned"

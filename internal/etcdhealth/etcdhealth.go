@@ -50,3 +50,28 @@ func Judge(st, lead *etcd.Status) (bool, string) {
 	}
 	return true, ""
 }
+
+// Reference is what the other members are judged against: the leader's
+// own report, or, when the leader did not answer, the leader the members
+// that answered name in the highest term any of them names one in, with
+// the highest applied index among them. inferred says which: a leader the
+// operator cannot reach is not a leader that is gone, and the members that
+// follow it are evidence of a quorum (raft clears a follower's leader once
+// an election timeout passes without hearing from it).
+func Reference[K comparable](statuses map[K]*etcd.Status) (ref *etcd.Status, inferred bool) {
+	if lead := LeaderOf(statuses); lead != nil {
+		return lead, false
+	}
+	for _, st := range statuses {
+		if st == nil || st.Leader == 0 {
+			continue
+		}
+		switch {
+		case ref == nil || st.RaftTerm > ref.RaftTerm:
+			ref = &etcd.Status{MemberID: st.Leader, Leader: st.Leader, RaftTerm: st.RaftTerm, RaftAppliedIndex: st.RaftAppliedIndex}
+		case st.RaftTerm == ref.RaftTerm && st.Leader == ref.MemberID:
+			ref.RaftAppliedIndex = max(ref.RaftAppliedIndex, st.RaftAppliedIndex)
+		}
+	}
+	return ref, ref != nil
+}

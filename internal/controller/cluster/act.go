@@ -100,7 +100,7 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 	case forceNewCluster:
 		return outcome{err: r.forceNewCluster(ctx, w, c.member, c.message)}
 	case clearForce:
-		return outcome{err: r.clearForce(ctx, w, c.member)}
+		return outcome{err: r.clearForce(ctx, w, c.member, c.reason, c.message)}
 	}
 	return outcome{err: fmt.Errorf("unknown change %d", c.kind)}
 }

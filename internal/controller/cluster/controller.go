@@ -308,6 +308,8 @@ func requeue(w *world, p plan, o outcome) time.Duration {
 	}
 	consider(deadlineTimer(w), time.Second)
 	consider(joinDeadline(w), time.Second)
+	// A leaderless cluster is called quorum-less once the grace has passed.
+	consider(quorumLossTimer(w), time.Second)
 	if len(w.alarms()) > 0 {
 		consider(ptr.To(alarmPoll), 0)
 	}

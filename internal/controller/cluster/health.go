@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/etcdhealth"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
@@ -87,7 +88,18 @@ func (w *world) etcdHealth(m *v1alpha2.EtcdMember) (bool, string) {
 		}
 		return false, "etcd does not answer: " + w.etcd.statusErr[m.Name].Error()
 	}
-	return etcdhealth.Judge(w.etcd.status[m.Name], w.etcd.leader)
+	ref, _ := w.reference()
+	return etcdhealth.Judge(w.etcd.status[m.Name], ref)
+}
+
+// reference is what members are judged against: the leader's own report,
+// or, when the leader did not answer (inferred), the leader the members
+// that answered follow (etcdhealth.Reference).
+func (w *world) reference() (ref *etcd.Status, inferred bool) {
+	if w.etcd.leader != nil {
+		return w.etcd.leader, false
+	}
+	return etcdhealth.Reference(w.etcd.status)
 }
 
 // starting reports whether a member that did not answer its Status call

@@ -17,7 +17,6 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
-	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
 // Recovery from quorum loss: explicit, consented, never automatic.
@@ -98,53 +97,12 @@ func (c *seenCache) forget(key string) {
 	delete(c.by, key)
 }
 
-// quorumLost reports whether the formed cluster has lost its quorum by
-// etcd's fresh report: no member that answered reports itself as leader
-// (perhaps none runs), and the voters healthy now are not a majority.
-func quorumLost(w *world) bool {
-	if w.cluster.Status.ClusterID == "" || w.etcd.leader != nil || paused(w) || len(w.members) == 0 {
-		return false
-	}
-	return !quorum.Now(w.voters()).OK
-}
-
-// quorumLostMessage names the members that answer and the ones that are
-// gone, each with the time it stopped being ready, and what to do.
-func quorumLostMessage(w *world) string {
-	var answer, gone []string
-	for _, m := range w.running() {
-		if !m.Status.IsVoter && !w.isVoter(m) {
-			continue
-		}
-		if st := w.etcd.status[m.Name]; st != nil {
-			answer = append(answer, fmt.Sprintf("%s (applied index %d)", m.Name, st.RaftAppliedIndex))
-			continue
-		}
-		why := "does not answer"
-		if ok, reason := w.health(m); !ok {
-			why = reason
-		}
-		if c := conditions.Get(m.Status.Conditions, conditions.Ready); c != nil && c.Status != metav1.ConditionTrue {
-			why += ", not ready since " + c.LastTransitionTime.UTC().Format(time.RFC3339)
-		}
-		gone = append(gone, fmt.Sprintf("%s (%s)", m.Name, why))
-	}
-	msg := "Quorum lost: no member reports a leader"
-	if len(answer) > 0 {
-		msg += "; answering without a leader: " + strings.Join(answer, ", ")
-	}
-	if len(gone) > 0 {
-		msg += "; gone: " + strings.Join(gone, ", ")
-	}
-	return msg + ". If the members that are gone will not come back, annotate the EtcdCluster with " +
-		manifest.AnnotationRecover + "=" + manifest.RecoverDryRun + " (or run `kubectl etcd recover --dry-run`) to see the recovery plan"
-}
-
-// recoveryPlan makes the plan of a recovery from the world: the survivor,
-// the discarded members and the token, or why none is possible.
-func recoveryPlan(w *world) *v1alpha2.RecoveryStatus {
+// recoveryPlan makes the plan of a recovery from the world, as made at
+// the given time: the survivor, the discarded members and the token, or
+// why none is possible.
+func recoveryPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 	if w.cluster.Annotations[manifest.AnnotationRecoverFromSnapshot] != "" {
-		return snapshotPlan(w)
+		return snapshotPlan(w, at)
 	}
 	survivor, skipped := pickSurvivor(w)
 	if survivor == nil {
@@ -161,6 +119,7 @@ func recoveryPlan(w *world) *v1alpha2.RecoveryStatus {
 			AppliedIndex: ptrInt64(st.RaftAppliedIndex), State: "answers without a leader"},
 	}
 	rec.Discarded = discarded(w, survivor)
+	stamp(rec, at)
 	var ahead []string
 	for _, d := range rec.Discarded {
 		if d.AppliedIndex != nil && *d.AppliedIndex > *rec.Survivor.AppliedIndex {
@@ -170,8 +129,8 @@ func recoveryPlan(w *world) *v1alpha2.RecoveryStatus {
 	rec.Token = recoveryToken(w, rec)
 	names := discardedNames(rec)
 	rec.Message = fmt.Sprintf("Restart %s (applied index %d) as the only member of the cluster (etcd's --force-new-cluster), then delete %s with their volumes, "+
-		"then grow back to %d members through learners. To carry this plan out, set the annotation %s=%s",
-		survivor.Name, st.RaftAppliedIndex, orNone(names), w.desired(), manifest.AnnotationRecover, rec.Token)
+		"then grow back to %d members through learners. To carry this plan out, set the annotation %s=%s before %s",
+		survivor.Name, st.RaftAppliedIndex, orNone(names), w.desired(), manifest.AnnotationRecover, rec.Token, rec.ExpiryTime.UTC().Format(time.RFC3339))
 	if len(ahead) > 0 {
 		rec.Message += fmt.Sprintf(". Warning: %s last reported a higher applied index than the survivor: writes only they applied will be lost", strings.Join(ahead, ", "))
 	}
@@ -180,6 +139,19 @@ func recoveryPlan(w *world) *v1alpha2.RecoveryStatus {
 	}
 	return rec
 }
+
+// stamp dates a plan: made at, good until tokenValidity later.
+func stamp(rec *v1alpha2.RecoveryStatus, at time.Time) {
+	at = at.Truncate(time.Second)
+	rec.PlanTime = &metav1.Time{Time: at}
+	rec.ExpiryTime = &metav1.Time{Time: at.Add(tokenValidity)}
+}
+
+// tokenValidity is how long a plan's token is accepted after the plan was
+// made: long enough to read the plan and answer, short enough that a token
+// left in the annotation (or restored with it from a backup) is not consent
+// to whatever plan comes next.
+const tokenValidity = 10 * time.Minute
 
 func refused(format string, args ...any) *v1alpha2.RecoveryStatus {
 	return &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryRefused, Message: fmt.Sprintf(format, args...)}
@@ -215,7 +187,7 @@ func discardedNames(rec *v1alpha2.RecoveryStatus) []string {
 
 // snapshotPlan is the plan of a recovery from the EtcdSnapshot the
 // annotation names: every member goes, and a new seed restores it.
-func snapshotPlan(w *world) *v1alpha2.RecoveryStatus {
+func snapshotPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 	name := w.cluster.Annotations[manifest.AnnotationRecoverFromSnapshot]
 	s := w.recoverySnapshot
 	switch {
@@ -234,6 +206,7 @@ func snapshotPlan(w *world) *v1alpha2.RecoveryStatus {
 	}
 	rec := &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryPlanned, Snapshot: name,
 		Restore: &v1alpha2.RestoreSpec{Source: src}, Discarded: discarded(w, nil)}
+	stamp(rec, at)
 	rec.Token = recoveryToken(w, rec)
 	taken := "at an unknown time"
 	if s.Status.CompletionTime != nil {
@@ -241,8 +214,9 @@ func snapshotPlan(w *world) *v1alpha2.RecoveryStatus {
 	}
 	rec.Message = fmt.Sprintf("Delete every member (%s) with its volume, then bootstrap the cluster again from EtcdSnapshot %s (revision %d, %s) "+
 		"and grow it back to %d members: every write after the snapshot is lost, and the cluster gets a new cluster ID. "+
-		"To carry this plan out, set the annotation %s=%s",
-		orNone(discardedNames(rec)), name, s.Status.Artifact.Revision, taken, w.desired(), manifest.AnnotationRecover, rec.Token)
+		"To carry this plan out, set the annotation %s=%s before %s",
+		orNone(discardedNames(rec)), name, s.Status.Artifact.Revision, taken, w.desired(), manifest.AnnotationRecover, rec.Token,
+		rec.ExpiryTime.UTC().Format(time.RFC3339))
 	return rec
 }
 
@@ -314,8 +288,10 @@ func memberState(w *world, m *v1alpha2.EtcdMember) string {
 	return "does not answer"
 }
 
-// recoveryToken is a short hash of what the plan does: the same plan has
-// the same token whatever order its members are listed in.
+// recoveryToken is a short hash of what the plan does and when it was
+// made: the same plan made at the same time has the same token whatever
+// order its members are listed in, and a plan made again (after it
+// expired, after any other answer, after it was carried out) has a new one.
 func recoveryToken(w *world, rec *v1alpha2.RecoveryStatus) string {
 	h := sha256.New()
 	if rec.Survivor != nil {
@@ -327,6 +303,9 @@ func recoveryToken(w *world, rec *v1alpha2.RecoveryStatus) string {
 	slices.SortFunc(ds, func(a, b v1alpha2.RecoveryMember) int { return strings.Compare(a.Name, b.Name) })
 	for _, d := range ds {
 		fmt.Fprintf(h, "/%s:%s", d.Name, d.MemberID)
+	}
+	if rec.PlanTime != nil {
+		fmt.Fprintf(h, "@%d", rec.PlanTime.Unix())
 	}
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
@@ -387,11 +366,17 @@ func (pl *planner) setRecovery(rec *v1alpha2.RecoveryStatus) {
 
 // recover is the planner's recovery stage: it carries on a recovery under
 // way, or answers a request in the annotation. It holds every later stage
-// while the survivor is being forced and the lost members removed.
+// while the survivor is being forced and the lost members removed. A
+// survivor's mark that no recovery record authorizes is taken off first,
+// whoever put it there.
 func (pl *planner) recover() bool {
 	w := pl.w
 	rec := w.cluster.Status.Recovery
 	if marked := w.forceMarked(); marked != nil {
+		if why := forceUnauthorized(w, marked, rec); why != "" {
+			pl.working(conditions.ReasonForceMarkRemoved, "%s", why)
+			return pl.act(&change{kind: clearForce, member: marked, reason: conditions.ReasonForceMarkRemoved, message: why})
+		}
 		return pl.forcing(marked, rec)
 	}
 	if rec != nil {
@@ -418,6 +403,41 @@ func (pl *planner) recover() bool {
 	return pl.answerRequest(rec)
 }
 
+// forceUnauthorized says why the survivor's mark on a member (or its Pod)
+// is not the operator's own, or "" when a recovery record stands behind
+// it: the record names the member as the survivor and the mark holds the
+// record's token, and the record is either under way (ForcingNewCluster)
+// or the plan the annotation consents to now, before it expired (the
+// operator stopped between marking the survivor and writing the phase).
+func forceUnauthorized(w *world, m *v1alpha2.EtcdMember, rec *v1alpha2.RecoveryStatus) string {
+	mark := m.Annotations[manifest.AnnotationForceNewCluster]
+	var why string
+	switch {
+	case rec == nil || rec.Survivor == nil:
+		why = "no recovery is under way"
+	case rec.Survivor.Name != m.Name:
+		why = fmt.Sprintf("the recovery's survivor is %s", rec.Survivor.Name)
+	case mark != "" && mark != rec.Token:
+		why = fmt.Sprintf("the mark %q is not the recovery plan's token", mark)
+	case rec.Phase == v1alpha2.RecoveryForcingNewCluster:
+		return ""
+	case rec.Phase == v1alpha2.RecoveryPlanned && mark != "" && consented(w, rec):
+		return ""
+	default:
+		why = fmt.Sprintf("the recovery record is %s, not a consented plan", rec.Phase)
+	}
+	return fmt.Sprintf("Taking the mark %s off member %s: %s. Only the operator marks a recovery's survivor, after consent to its plan",
+		manifest.AnnotationForceNewCluster, m.Name, why)
+}
+
+// consented reports whether the annotation gives the token of the planned
+// record now, before the plan expired.
+func consented(w *world, rec *v1alpha2.RecoveryStatus) bool {
+	return rec != nil && rec.Phase == v1alpha2.RecoveryPlanned && rec.Token != "" &&
+		w.cluster.Annotations[manifest.AnnotationRecover] == rec.Token &&
+		rec.ExpiryTime != nil && w.now.Before(rec.ExpiryTime.Time)
+}
+
 // answerRequest plans a recovery (dry run), starts a consented one, or
 // clears a plan nobody asks for any more.
 func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
@@ -437,31 +457,55 @@ func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
 		return false
 	case !quorumLost(w):
 		if !settled {
-			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req,
-				Message: "etcd has a leader and a quorum (or the cluster is paused): nothing to recover. Remove the annotation " + manifest.AnnotationRecover})
+			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req, Message: notNeededMessage(w, req)})
 		}
 		return false
 	}
-	plan := recoveryPlan(w)
+	plan := currentPlan(w, rec)
 	plan.Request = req
-	if rec != nil && rec.Token == plan.Token && rec.PlanTime != nil {
-		plan.PlanTime = rec.PlanTime
-	} else if plan.Token != "" {
-		plan.PlanTime = &metav1.Time{Time: w.now.Truncate(time.Second)}
-	}
 	switch {
 	case plan.Phase == v1alpha2.RecoveryRefused:
 		pl.setRecovery(plan)
 		pl.working(conditions.ReasonRecoveryRefused, "%s", plan.Message)
 		return true
-	case req != plan.Token:
+	case req != plan.Token || !consented(w, rec):
 		if req != manifest.RecoverDryRun {
-			plan.Message = fmt.Sprintf("The annotation's token %q is not the current plan's (the plan changed, or was never made): review the plan. %s", req, plan.Message)
+			plan.Message = fmt.Sprintf("The annotation's token %q is not the current plan's (the plan changed or expired, was never made, "+
+				"or its token was already used or answered): review the plan. %s", req, plan.Message)
 		}
 		pl.setRecovery(plan)
 		pl.working(conditions.ReasonRecoveryPlanned, "%s", plan.Message)
 		return true
 	}
+	return pl.startRecovery(plan)
+}
+
+// currentPlan is the plan made from this pass's facts: with the planned
+// record's time (and so its token) while it is the same plan and has not
+// expired, else made now, with a new token.
+func currentPlan(w *world, rec *v1alpha2.RecoveryStatus) *v1alpha2.RecoveryStatus {
+	if rec != nil && rec.Phase == v1alpha2.RecoveryPlanned && rec.PlanTime != nil && rec.ExpiryTime != nil && w.now.Before(rec.ExpiryTime.Time) {
+		if plan := recoveryPlan(w, rec.PlanTime.Time); plan.Token == rec.Token {
+			return plan
+		}
+	}
+	return recoveryPlan(w, w.now)
+}
+
+// notNeededMessage answers a request on a cluster with a quorum; the token
+// it may hold is void from then on (a later plan has another).
+func notNeededMessage(w *world, req string) string {
+	msg := "etcd has a leader and a quorum (or the cluster is paused, or no member has been leaderless for " + quorumLossGrace.String() + "): nothing to recover"
+	if req != manifest.RecoverDryRun {
+		msg += fmt.Sprintf("; the token %q is void and will never start a recovery", req)
+	}
+	return msg + ". Remove the annotation " + manifest.AnnotationRecover
+}
+
+// startRecovery carries out a consented plan: from a snapshot, every member
+// goes first; from a survivor, it is marked and restarted alone.
+func (pl *planner) startRecovery(plan *v1alpha2.RecoveryStatus) bool {
+	w := pl.w
 	plan.StartTime = &metav1.Time{Time: w.now.Truncate(time.Second)}
 	if plan.Snapshot != "" {
 		plan.Phase, plan.Message = v1alpha2.RecoveryRemovingLost, "Deleting every member, to rebuild the cluster from "+origin(plan)
@@ -479,16 +523,10 @@ func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
 // serves alone, then takes its mark off.
 func (pl *planner) forcing(s *v1alpha2.EtcdMember, rec *v1alpha2.RecoveryStatus) bool {
 	w := pl.w
-	if rec == nil || rec.Survivor == nil || rec.Survivor.Name != s.Name {
-		// The record is gone (status restored from a backup, say): the
-		// members that are not the survivor are the discarded ones.
-		rec = &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryForcingNewCluster, Survivor: &v1alpha2.RecoveryMember{Name: s.Name, MemberID: s.Status.MemberID},
-			Token: s.Annotations[manifest.AnnotationForceNewCluster]}
-		for _, m := range w.members {
-			if m != s && !deleting(m) {
-				rec.Discarded = append(rec.Discarded, v1alpha2.RecoveryMember{Name: m.Name, MemberID: m.Status.MemberID, State: memberState(w, m)})
-			}
-		}
+	if rec.Phase == v1alpha2.RecoveryPlanned {
+		// Consented and marked, but the operator stopped before the phase
+		// was written: it is written now.
+		rec = withPhase(rec, v1alpha2.RecoveryForcingNewCluster, fmt.Sprintf("Restarting %s as the only member of the cluster (--force-new-cluster)", s.Name))
 	}
 	if rec.StartTime == nil {
 		rec = rec.DeepCopy()

@@ -44,8 +44,9 @@ func (r *Reconciler) forceNewCluster(ctx context.Context, w *world, m *v1alpha2.
 }
 
 // clearForce takes the survivor's mark off its member, then off its Pod:
-// from then on a restart of its container starts etcd normally.
-func (r *Reconciler) clearForce(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
+// from then on a restart of its container starts etcd normally. With a
+// reason, the mark was not the operator's own and a Warning says why.
+func (r *Reconciler) clearForce(ctx context.Context, w *world, m *v1alpha2.EtcdMember, reason, why string) error {
 	if m.Annotations[manifest.AnnotationForceNewCluster] != "" {
 		patch := client.MergeFrom(m.DeepCopy())
 		delete(m.Annotations, manifest.AnnotationForceNewCluster)
@@ -59,6 +60,11 @@ func (r *Reconciler) clearForce(ctx context.Context, w *world, m *v1alpha2.EtcdM
 		if err := r.Client.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("taking the survivor's mark off pod %s: %w", pod.Name, err)
 		}
+	}
+	if reason != "" {
+		r.event(m, true, reason, "Recover", "%s", why)
+		logf(ctx, w)("Took off a survivor's mark no recovery authorizes", "member", m.Name, "why", why)
+		return nil
 	}
 	r.event(w.cluster, false, conditions.ReasonRecoveringQuorum, "Recover", "%s serves as the only member of the cluster", m.Name)
 	return nil

@@ -29,6 +29,8 @@ func lostQuorumWorld(request string, mods ...func(*world)) *world {
 		w.etcd.status["m0"].Leader = 0
 		w.pods["m0"].Status.Conditions = nil
 		w.seen = map[string]seenReport{"m1": {applied: 990, at: t0.Add(-time.Minute)}}
+		// Leaderless for longer than the grace.
+		w.cluster.Status.NoLeaderSince = &metav1.Time{Time: t0.Add(-time.Minute)}
 		for _, mod := range mods {
 			mod(w)
 		}
@@ -101,7 +103,7 @@ func TestRecoveryConsented(t *testing.T) {
 	if len(d) != 2 || d[0].Name != "m1" || d[0].AppliedIndex == nil || *d[0].AppliedIndex != 990 || d[0].LastSeen == nil {
 		t.Errorf("discarded: %+v", d)
 	}
-	p := decide(lostQuorumWorld(dry.recovery.Token))
+	p := decide(lostQuorumWorld(dry.recovery.Token, planned(dry.recovery)))
 	if p.change == nil || p.change.kind != forceNewCluster || p.change.member.Name != "m0" {
 		t.Fatalf("consent made %+v", p.change)
 	}
@@ -112,10 +114,16 @@ func TestRecoveryConsented(t *testing.T) {
 	// carried out.
 	w := healthyWorld(3, func(w *world) {
 		w.cluster.Annotations = map[string]string{manifest.AnnotationRecover: dry.recovery.Token}
+		w.cluster.Status.Recovery = dry.recovery.DeepCopy()
 	})
 	if p := decide(w); p.change != nil && p.change.kind == forceNewCluster {
 		t.Error("a healthy cluster was forced")
 	}
+}
+
+// planned records the plan the dry run wrote, as the status holds it.
+func planned(rec *v1alpha2.RecoveryStatus) func(*world) {
+	return func(w *world) { w.cluster.Status.Recovery = rec.DeepCopy() }
 }
 
 // Once the survivor leads alone its mark comes off before anything else;
@@ -202,7 +210,7 @@ func TestRecoveryFromASnapshot(t *testing.T) {
 	if r.Token == decide(lostQuorumWorld(manifest.RecoverDryRun)).recovery.Token {
 		t.Error("the snapshot plan has the survivor plan's token")
 	}
-	p := decide(snapshotWorld(r.Token))
+	p := decide(snapshotWorld(r.Token, planned(r)))
 	if p.change == nil || p.change.kind != deleteMember || p.recovery.Phase != v1alpha2.RecoveryRemovingLost {
 		t.Fatalf("consent: %+v %+v", p.change, p.recovery)
 	}
@@ -213,7 +221,7 @@ func TestRecoveryFromASnapshot(t *testing.T) {
 	if got := decide(snapshotWorld(manifest.RecoverDryRun, reversed)).recovery.Token; got != r.Token {
 		t.Errorf("the same plan over members listed the other way round has token %s, want %s", got, r.Token)
 	}
-	if p := decide(snapshotWorld(r.Token, reversed)); p.change == nil || p.change.kind != deleteMember {
+	if p := decide(snapshotWorld(r.Token, planned(r), reversed)); p.change == nil || p.change.kind != deleteMember {
 		t.Fatalf("consent over members listed the other way round: %+v %+v", p.change, p.recovery)
 	}
 	removing := func(mods ...func(*world)) *world {

@@ -34,6 +34,7 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	st.UpdatedMembers = int32(w.updated())
 	st.Selector = manifest.SelectorString(w.cluster.Name)
 	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
+	st.NoLeaderSince = noLeaderSince(w)
 	setAvailable(w, p)
 	setProgressing(w, p)
 	setDegraded(w, p)
@@ -132,6 +133,8 @@ func setAvailable(w *world, p plan) {
 		set(w, conditions.Available, false, conditions.ReasonBootstrapFailed, "The cluster never formed")
 	case quorumLost(w):
 		set(w, conditions.Available, false, conditions.ReasonQuorumLost, quorumLostMessage(w))
+	case leaderlessNow(w):
+		set(w, conditions.Available, false, conditions.ReasonNoLeader, noLeaderMessage(w))
 	case w.etcd.asked && w.etcd.list == nil && readyN == 0:
 		set(w, conditions.Available, false, conditions.ReasonClusterUnreachable, fmt.Sprintf("Cannot reach etcd: %v", w.etcd.err))
 	case st.ClusterID == "" && secretWait(w) != "":
@@ -146,9 +149,15 @@ func setAvailable(w *world, p plan) {
 	default:
 		// Judged against the voters etcd has now, not the target: a cluster
 		// growing from 1 to 3 with its one voter healthy serves fine.
-		if d := quorum.Now(w.voters()); d.OK {
+		switch d := quorum.Now(w.voters()); {
+		case d.OK:
 			set(w, conditions.Available, true, conditions.ReasonQuorumAvailable, d.Reason+", a quorum")
-		} else {
+		case leaderUnreachable(w):
+			// The members name a leader: a quorum the operator cannot see
+			// enough of to prove.
+			conditions.Set(&w.cluster.Status.Conditions, w.cluster.Generation, conditions.Available, metav1.ConditionUnknown,
+				conditions.ReasonLeaderUnreachable, d.Reason+"; "+leaderUnreachableMessage(w), w.now)
+		default:
 			set(w, conditions.Available, false, conditions.ReasonQuorumLost, d.Reason)
 		}
 	}
@@ -209,6 +218,8 @@ func setDegraded(w *world, p plan) {
 		set(w, conditions.Degraded, true, conditions.ReasonRollOutStuck, p.stuck.message)
 	case len(p.refused) > 0:
 		set(w, conditions.Degraded, true, conditions.ReasonRefused, "Holding membership changes: "+p.refused[0].message)
+	case w.cluster.Status.ClusterID != "" && leaderUnreachable(w):
+		set(w, conditions.Degraded, true, conditions.ReasonLeaderUnreachable, leaderUnreachableMessage(w))
 	case w.cluster.Status.ClusterID != "" && w.etcd.asked && !quorum.Now(w.voters()).OK:
 		set(w, conditions.Degraded, true, conditions.ReasonQuorumLost, quorum.Now(w.voters()).Reason)
 	default:

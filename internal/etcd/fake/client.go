@@ -231,6 +231,9 @@ func (f *client) Status(_ context.Context, endpoint string) (*etcd.Status, error
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
 	m := f.c.byClient(endpoint)
+	if m == nil && f.c.cutAt(endpoint) != nil {
+		return nil, timedOut(endpoint)
+	}
 	if m == nil && f.c.silentAt(endpoint) != nil {
 		return nil, fmt.Errorf("fake: %s serves no client before it knows it has published itself: %w", endpoint, context.DeadlineExceeded)
 	}
@@ -299,6 +302,9 @@ func (f *client) Health(_ context.Context, rawURL string) error {
 func (f *client) ClusterVersion(_ context.Context, endpoint string) (string, error) {
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
+	if f.c.cutAt(endpoint) != nil {
+		return "", timedOut(endpoint)
+	}
 	if f.c.byClient(endpoint) == nil {
 		return "", fmt.Errorf("fake: dial %s: %w", endpoint, syscall.ECONNREFUSED)
 	}

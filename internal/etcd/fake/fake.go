@@ -108,6 +108,11 @@ type member struct {
 	// silent: it runs, but its client port does not serve yet
 	// (PublishLate).
 	silent bool
+	// clientCut: its client port drops every packet (a firewall rule, a
+	// broken route from the operator): calls to it time out and a client
+	// fails over to its other endpoints, while its peers and its /health
+	// listener still work (CutClients).
+	clientCut bool
 	// connectedAt is when its links to the peers came up; zero while down.
 	connectedAt time.Time
 	// caughtUp: its applied index follows the leader's.
@@ -452,6 +457,34 @@ func (c *Cluster) Isolate(peerURL string, isolated bool) {
 	c.elect()
 }
 
+// CutClients drops (cut true) or lets through again the packets to the
+// client port of the member with this peer URL, leaving its peer links and
+// its /health listener alone: the member goes on serving raft, and leading
+// if it led, while no client reaches it.
+func (c *Cluster) CutClients(peerURL string, cut bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.byPeer(peerURL); m != nil {
+		m.clientCut = cut
+	}
+}
+
+// cutAt is the running member at this client URL whose client port drops
+// every packet.
+func (c *Cluster) cutAt(url string) *member {
+	for _, m := range c.members {
+		if m.running && m.clientCut && slices.Contains(m.ClientURLs, url) {
+			return m
+		}
+	}
+	return nil
+}
+
+// timedOut is the error of a call to a client port that drops packets.
+func timedOut(endpoint string) error {
+	return fmt.Errorf("fake: %s does not answer: %w", endpoint, context.DeadlineExceeded)
+}
+
 // CatchUp makes a running learner's applied index reach the leader's.
 func (c *Cluster) CatchUp(peerURL string) {
 	c.mu.Lock()
@@ -526,6 +559,8 @@ func (c *Cluster) authenticate(cfg etcd.Config, endpoint string) (string, error)
 	defer c.mu.Unlock()
 	m := c.byClient(endpoint)
 	switch {
+	case m == nil && c.cutAt(endpoint) != nil:
+		return "", timedOut(endpoint)
 	case m == nil:
 		return "", fmt.Errorf("fake: dial %s: connection refused", endpoint)
 	case m.IsLearner:
@@ -574,7 +609,7 @@ func (c *Cluster) byPeer(url string) *member {
 
 func (c *Cluster) byClient(url string) *member {
 	for _, m := range c.members {
-		if m.running && !m.silent && slices.Contains(m.ClientURLs, url) {
+		if m.running && !m.silent && !m.clientCut && slices.Contains(m.ClientURLs, url) {
 			return m
 		}
 	}

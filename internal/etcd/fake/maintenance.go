@@ -54,6 +54,8 @@ func (f *client) Defragment(_ context.Context, endpoint string) error {
 	defer f.c.mu.Unlock()
 	m := f.c.byClient(endpoint)
 	switch {
+	case m == nil && f.c.cutAt(endpoint) != nil:
+		return timedOut(endpoint)
 	case m == nil:
 		return fmt.Errorf("fake: dial %s: connection refused", endpoint)
 	case m.IsLearner:
