@@ -115,7 +115,7 @@ func (a *app) consent(ctx context.Context, cmd *cobra.Command, r recoverer, toke
 	}
 	if started.Phase == v1alpha2.RecoveryPlanned {
 		_ = printPlan(out, started, a.nextCommand(r.key.Namespace), o.output, true)
-		return fmt.Errorf("%w: the plan changed since token %s was issued; review the plan above and give its token", errRecoveryRefused, token)
+		return fmt.Errorf("%w: token %s is not the current plan's (the plan changed or expired, was never made, or the token was used); review the plan above and give its token before it expires", errRecoveryRefused, token)
 	}
 	if !o.wait {
 		return printRecovery(out, started, o.output)

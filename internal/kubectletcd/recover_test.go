@@ -46,7 +46,8 @@ func (o *recoveryOperator) answer(c *v1alpha2.EtcdCluster) {
 		}
 	case !o.lost:
 		c.Status.Recovery = &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req, Message: "etcd has a leader and a quorum"}
-	case req == o.plan:
+	case req == o.plan && rec != nil && rec.Phase == v1alpha2.RecoveryPlanned && rec.Token == req:
+		// As the operator: consent only to the plan it recorded.
 		c.Status.Recovery = o.planned(req)
 		c.Status.Recovery.Phase, c.Status.Recovery.Message = v1alpha2.RecoveryForcingNewCluster, "Restarting c-a"
 		o.phases = append(o.phases, v1alpha2.RecoveryForcingNewCluster)
@@ -166,6 +167,9 @@ func TestRecoverWithTheTokenFollowsToTheEnd(t *testing.T) {
 	env := threeMembers(t)
 	op := &recoveryOperator{lost: true, plan: "tok1"}
 	env.withOperator(t, op)
+	if code, _, errOut := env.run("recover", "-c", "c", "--dry-run"); code != 0 {
+		t.Fatalf("dry run: exit %d: %s", code, errOut)
+	}
 	code, out, errOut := env.run("recover", "-c", "c", "--plan-token", "tok1")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -199,7 +203,7 @@ func TestRecoverWithAStaleTokenShowsTheNewPlan(t *testing.T) {
 	op := &recoveryOperator{lost: true, plan: "tok2"}
 	env.withOperator(t, op)
 	code, out, errOut := env.run("recover", "-c", "c", "--plan-token", "tok1")
-	if code != 1 || !strings.Contains(errOut, "plan changed") {
+	if code != 1 || !strings.Contains(errOut, "not the current plan's") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if !strings.Contains(out, "Token: tok2") || len(op.phases) != 0 {
