@@ -1,5 +1,6 @@
 // Package dataguard keeps etcd from starting on a data directory that lost
-// its write-ahead log under a member that had one.
+// its write-ahead log under a member that had one, or whose log or backend
+// is damaged past what etcd can start on.
 //
 // A member whose data directory was wiped, started again under its old
 // member ID, can come back as itself: etcd asks its peers, the leader sends
@@ -9,7 +10,11 @@
 // leader changed while the member was down or when the member is the newest
 // one. The operator records a member's etcd ID once the member has run; from
 // then on its data directory must hold a write-ahead log, and a member
-// whose directory does not is lost and replaced as a new member.
+// whose directory does not is lost and replaced as a new member. So is one
+// whose directory holds a log and a backend etcd cannot start on (a file
+// overwritten in place, the backend deleted or cut short: see damage):
+// etcd would exit at every start with a message of its own, and the
+// member would crash-loop instead of being replaced.
 //
 // The member ID reaches the Pod only after the member's etcd first ran (it
 // is what etcd reports), so a container restarted in the seconds after a
@@ -83,15 +88,27 @@ func Guard(memberID, dataDir, stateDir string) error {
 	return nil
 }
 
-// Refusal is the start of the line the guard exits with; the member
-// controller reads it from the container's termination message.
+// Refusal is the start of the line the guard exits with when the log is
+// gone; the member controller reads it from the container's termination
+// message.
 const Refusal = "refusing to start etcd: the data directory has no write-ahead log"
+
+// RefusalDamaged is the start of the line the guard exits with when the log
+// or the backend is there but etcd cannot start on it (see damage).
+const RefusalDamaged = "refusing to start etcd: the data directory is damaged"
 
 // ErrNoWAL is returned when a member that ran has no write-ahead log.
 var ErrNoWAL = errors.New(Refusal)
 
+// ErrDamaged is returned when a member that ran has a log or backend etcd
+// cannot start on.
+var ErrDamaged = errors.New(RefusalDamaged)
+
 // Check returns ErrNoWAL (wrapped, with the details) when memberID is set and
-// dataDir holds no write-ahead log file.
+// dataDir holds no write-ahead log file, and ErrDamaged when it holds one
+// but a log file does not begin as etcd writes them or the backend is
+// missing or not a usable bbolt file (see damage). A member that never ran
+// (memberID empty) is not checked: etcd makes both on its first start.
 func Check(memberID, dataDir string) error {
 	if memberID == "" {
 		// Never ran: etcd creates its log on the first start.
@@ -101,13 +118,21 @@ func Check(memberID, dataDir string) error {
 		return fmt.Errorf("%s is set but %s is not", EnvMemberID, EnvDataDir)
 	}
 	found, err := hasWAL(dataDir)
-	if err != nil || found {
+	if err != nil {
 		return err
 	}
-	walDir := filepath.Join(dataDir, "member", "wal")
-	return fmt.Errorf("%w (%s holds no .wal file) for member %s, which has run before: "+
-		"its data was lost, and etcd would rejoin as that member having forgotten its votes; "+
-		"the operator replaces it with a new member", ErrNoWAL, walDir, memberID)
+	if !found {
+		walDir := filepath.Join(dataDir, "member", "wal")
+		return fmt.Errorf("%w (%s holds no .wal file) for member %s, which has run before: "+
+			"its data was lost, and etcd would rejoin as that member having forgotten its votes; "+
+			"the operator replaces it with a new member", ErrNoWAL, walDir, memberID)
+	}
+	problem, err := damage(dataDir)
+	if err != nil || problem == "" {
+		return err
+	}
+	return fmt.Errorf("%w (%s) for member %s, which has run before: etcd cannot start on it; "+
+		"the operator replaces it with a new member", ErrDamaged, problem, memberID)
 }
 
 // hasWAL reports whether dataDir holds a write-ahead log file.

@@ -8,13 +8,7 @@ import (
 )
 
 func TestCheck(t *testing.T) {
-	withWAL := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(withWAL, "member", "wal"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(withWAL, "member", "wal", "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	withWAL := etcdDataDir(t)
 	onlyTmp := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(onlyTmp, "member", "wal"), 0o700); err != nil {
 		t.Fatal(err)
@@ -86,12 +80,10 @@ func TestGuardMarksASeenLog(t *testing.T) {
 	}
 }
 
+// writeWAL puts a data directory etcd wrote (its log and backend) into dir.
 func writeWAL(t *testing.T, dir string) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dir, "member", "wal"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "member", "wal", "0000000000000000-0000000000000000.wal"), []byte("x"), 0o600); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(etcdDataDir(t))); err != nil {
 		t.Fatal(err)
 	}
 }

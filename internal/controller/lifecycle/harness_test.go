@@ -118,6 +118,9 @@ type harness struct {
 	wipedUnder map[string]uint64
 	// startErrors keeps why etcd refused to start a Pod's member.
 	startErrors map[string]string
+	// damaged names members whose data directory etcd cannot start on
+	// (see damageData).
+	damaged map[string]damage
 	// forced counts, by Pod name, the starts of etcd with
 	// --force-new-cluster.
 	forced map[string]int

@@ -75,6 +75,38 @@ func (h *harness) wipe(member string) {
 	h.etcd.Stop(manifest.PeerURL(m))
 }
 
+// damage is what is wrong with a member's data directory beyond a wipe:
+// etcd exits at every start saying etcdSays; guardSees when the data guard
+// recognises it (and refuses before etcd starts).
+type damage struct {
+	etcdSays  string
+	guardSees bool
+}
+
+// damageData damages a member's data directory (kept across its Pods, on
+// its claim) and kills its etcd; the kubelet's restarts meet the damage.
+func (h *harness) damageData(member string, d damage) {
+	if h.damaged == nil {
+		h.damaged = map[string]damage{}
+	}
+	h.damaged[member] = d
+	h.etcd.Stop(manifest.PeerURL(h.memberNamed(member)))
+}
+
+// damagedStart says whether a damaged data directory keeps the Pod's etcd
+// from starting, and records why.
+func (h *harness) damagedStart(p *corev1.Pod, peer string) bool {
+	d, ok := h.damaged[p.Name]
+	if !ok || !h.startedBefore(peer) {
+		return false
+	}
+	h.startErrors[p.Name] = d.etcdSays
+	if d.guardSees && h.guardRefuses(p) {
+		h.startErrors[p.Name] = "guard-data: " + dataguard.RefusalDamaged + " (member/snap/db (the backend database) is missing)"
+	}
+	return true
+}
+
 func (h *harness) kubelet() {
 	ctx := context.Background()
 	pods := &corev1.PodList{}
@@ -283,6 +315,9 @@ func (h *harness) bootstrapEtcd(p *corev1.Pod, name, peer, clientURL, version st
 // the data guard and its own checks of the data directory.
 func (h *harness) joinStarts(p *corev1.Pod, flags map[string]string) bool {
 	name, peer := flags["--name"], flags["--initial-advertise-peer-urls"]
+	if h.damagedStart(p, peer) {
+		return false
+	}
 	if h.freshVolume(p) && h.startedBefore(peer) {
 		// A member that ran keeps its raft log on its volume; a fresh one
 		// under its old identity is raft's empty-disk hazard.

@@ -52,8 +52,9 @@ var lostDataSignatures = []string{
 	"cannot fetch cluster info from peer urls",
 	"could not retrieve cluster information from the given URLs",
 	// The data guard (package dataguard) refused to start etcd without the
-	// member's write-ahead log.
+	// member's write-ahead log, or on a log or backend etcd cannot start on.
 	dataguard.Refusal,
+	dataguard.RefusalDamaged,
 }
 
 // podLost marks a tmpfs member whose Pod is gone: its data went with the Pod,
@@ -182,6 +183,10 @@ func (r *Reconciler) checkLost(ctx context.Context, s *state) time.Duration {
 			markLost(s, conditions.ReasonDataDirLost, "etcd exited because its data no longer matches the cluster: "+msg)
 			return 0
 		}
+		if msg := crashLoopMessage(s.pod); msg != "" {
+			r.markCrashLooping(s, msg)
+			return 0
+		}
 	}
 	lostAt, why := r.nodeLostAt(ctx, s.pod)
 	if lostAt.IsZero() {
@@ -194,6 +199,15 @@ func (r *Reconciler) checkLost(ctx context.Context, s *state) time.Duration {
 	}
 	set(s, conditions.Lost, false, conditions.ReasonNotLost, why+"; not given up yet")
 	return lostAt.Sub(s.now)
+}
+
+// markCrashLooping marks a member whose etcd keeps failing to start (see
+// crashLoopMessage) lost, with an Event the first time.
+func (r *Reconciler) markCrashLooping(s *state, msg string) {
+	if !conditions.IsTrue(s.member.Status.Conditions, conditions.Lost) {
+		r.event(s.member, true, conditions.ReasonDataDirLost, "MarkLost", "%s; the member will be replaced when quorum allows", msg)
+	}
+	markLost(s, conditions.ReasonDataDirLost, msg)
 }
 
 func markLost(s *state, reason, message string) {

@@ -276,7 +276,8 @@ func (r *Reconciler) leaving(ctx context.Context, m *v1alpha2.EtcdMember) (bool,
 // the client Service and the PodDisruptionBudget select on (a voter whose
 // etcd has answered since its Pod started), the initial
 // cluster state the next container start reads ("existing" never goes back
-// to "new"), and the member ID the data guard checks against.
+// to "new"), the member ID the data guard checks against, and the restart
+// count etcd last came up at.
 func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	pod, m := s.pod, s.member
 	labels := maps.Clone(pod.Labels)
@@ -313,7 +314,11 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	if m.Status.MemberID != "" {
 		id = m.Status.MemberID
 	}
-	if maps.Equal(labels, pod.Labels) && pod.Annotations[manifest.AnnotationInitialClusterState] == state && pod.Annotations[manifest.AnnotationMemberID] == id {
+	// The restart count etcd last came up at: failed starts are counted
+	// from it (see crashLoopMessage).
+	readyAt := readyRestartsToRecord(pod)
+	if maps.Equal(labels, pod.Labels) && pod.Annotations[manifest.AnnotationInitialClusterState] == state &&
+		pod.Annotations[manifest.AnnotationMemberID] == id && pod.Annotations[annotationReadyRestarts] == readyAt {
 		return nil
 	}
 	patch := client.MergeFrom(pod.DeepCopy())
@@ -324,6 +329,9 @@ func (r *Reconciler) syncPod(ctx context.Context, s *state) error {
 	pod.Annotations[manifest.AnnotationInitialClusterState] = state
 	if id != "" {
 		pod.Annotations[manifest.AnnotationMemberID] = id
+	}
+	if readyAt != "" {
+		pod.Annotations[annotationReadyRestarts] = readyAt
 	}
 	if err := r.Client.Patch(ctx, pod, patch); err != nil {
 		return fmt.Errorf("updating pod labels: %w", err)
