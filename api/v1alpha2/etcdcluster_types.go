@@ -235,6 +235,13 @@ type EtcdClusterStatus struct {
 	// grace; it is cleared as soon as any member names a leader.
 	// +optional
 	NoLeaderSince *metav1.Time `json:"noLeaderSince,omitempty"`
+	// LastReports are the last reports of each member's etcd the operator
+	// had when the cluster became leaderless, kept while it stays so: what
+	// a recovery plan knows of the members that no longer answer, even
+	// after the operator restarted. Cleared once a member names a leader.
+	// +listType=atomic
+	// +optional
+	LastReports []MemberReport `json:"lastReports,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
 	// +listType=map
 	// +listMapKey=type
@@ -350,6 +357,16 @@ type RecoveryStatus struct {
 	// CompletionTime is when the cluster had its desired size again.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// MemberReport is what a member's etcd last said of itself.
+type MemberReport struct {
+	// Name of the EtcdMember.
+	Name string `json:"name"`
+	// AppliedIndex is the raft applied index it reported.
+	AppliedIndex int64 `json:"appliedIndex"`
+	// Time is when it reported it.
+	Time metav1.Time `json:"time"`
 }
 
 // RecoveryMember is a member as a recovery plan sees it.

@@ -177,7 +177,7 @@ func (r *Reconciler) readEtcd(ctx context.Context, w *world) {
 	}
 	defer func() { _ = c.Close() }()
 	r.readStatuses(ctx, w, c, asked)
-	w.seen = r.seen.record(w)
+	w.seen = withRecorded(r.seen.record(w), w.cluster.Status.LastReports)
 	w.etcd.leader = etcdhealth.LeaderOf(w.etcd.status)
 	if leaderless(w.etcd.status) {
 		// Every member that answered says there is no leader: etcd's

@@ -218,3 +218,37 @@ func TestForceMarkWithoutConsentIsRemoved(t *testing.T) {
 		t.Errorf("the operator's own mark: %+v %+v", p.change, p.recovery)
 	}
 }
+
+// Claim 4 of issue 41 (in part): what a plan knows of the members that no
+// longer answer outlives the operator process. The reports it had when the
+// cluster became leaderless are kept in the status, and a restarted
+// operator (no reports of its own) plans with them.
+func TestLastReportsOutliveTheOperator(t *testing.T) {
+	w := lostQuorumWorld(manifest.RecoverDryRun)
+	kept := lastReports(w)
+	if len(kept) != 1 || kept[0].Name != "m1" || kept[0].AppliedIndex != 990 {
+		t.Fatalf("kept %+v", kept)
+	}
+	restarted := lostQuorumWorld(manifest.RecoverDryRun, func(w *world) {
+		w.cluster.Status.LastReports = kept
+		w.seen = withRecorded(map[string]seenReport{"m0": {applied: 1000, at: t0}}, kept)
+	})
+	rec := decide(restarted).recovery
+	var m1 *v1alpha2.RecoveryMember
+	for i := range rec.Discarded {
+		if rec.Discarded[i].Name == "m1" {
+			m1 = &rec.Discarded[i]
+		}
+	}
+	if m1 == nil || m1.AppliedIndex == nil || *m1.AppliedIndex != 990 || m1.LastSeen == nil {
+		t.Errorf("after a restart the plan knows of m1: %+v", m1)
+	}
+	// A pass that could not dial etcd keeps them; a leader named clears them.
+	undialled := lostQuorumWorld(manifest.RecoverDryRun, func(w *world) { w.seen, w.cluster.Status.LastReports = nil, kept })
+	if got := lastReports(undialled); len(got) != 1 {
+		t.Errorf("an undialled pass keeps %+v", got)
+	}
+	if got := lastReports(leaderCutOff(func(w *world) { w.cluster.Status.LastReports = kept })); got != nil {
+		t.Errorf("with a leader named: %+v", got)
+	}
+}

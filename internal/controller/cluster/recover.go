@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -87,6 +88,40 @@ func (c *seenCache) record(w *world) map[string]seenReport {
 		}
 	}
 	c.by[key] = now
+	return out
+}
+
+// withRecorded adds, for the members this process has no report of, the
+// reports the cluster's status kept from when it became leaderless (an
+// operator restarted during the incident knows nothing else of them).
+func withRecorded(seen map[string]seenReport, recorded []v1alpha2.MemberReport) map[string]seenReport {
+	if seen == nil {
+		seen = map[string]seenReport{}
+	}
+	for _, r := range recorded {
+		if _, ok := seen[r.Name]; !ok && r.AppliedIndex >= 0 {
+			seen[r.Name] = seenReport{applied: uint64(r.AppliedIndex), at: r.Time.Time}
+		}
+	}
+	return seen
+}
+
+// lastReports is what status.lastReports holds after this pass: while the
+// cluster is leaderless, every member's last report known to this pass,
+// by name; nil otherwise.
+func lastReports(w *world) []v1alpha2.MemberReport {
+	if noLeaderSince(w) == nil {
+		return nil
+	}
+	// A pass that could not dial etcd has no reports of its own.
+	seen := withRecorded(maps.Clone(w.seen), w.cluster.Status.LastReports)
+	var out []v1alpha2.MemberReport
+	for _, m := range w.members {
+		if r, ok := seen[m.Name]; ok {
+			out = append(out, v1alpha2.MemberReport{Name: m.Name, AppliedIndex: int64(r.applied), Time: metav1.Time{Time: r.at.Truncate(time.Second)}})
+		}
+	}
+	slices.SortFunc(out, func(a, b v1alpha2.MemberReport) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

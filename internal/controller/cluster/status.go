@@ -35,6 +35,7 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	st.Selector = manifest.SelectorString(w.cluster.Name)
 	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
 	st.NoLeaderSince = noLeaderSince(w)
+	st.LastReports = lastReports(w)
 	setAvailable(w, p)
 	setProgressing(w, p)
 	setDegraded(w, p)

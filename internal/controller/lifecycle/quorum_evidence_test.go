@@ -105,7 +105,10 @@ func TestRecoveryTokenIsNotReplayedLater(t *testing.T) {
 	}
 	h.run("quorum back", h.converged("c", 3))
 	h.annotateRecover("c", token)
-	h.run("answered", func() bool { r := h.recovery("c"); return r != nil && r.Phase == v1alpha2.RecoveryNotNeeded && r.Request == token })
+	h.run("answered", func() bool {
+		r := h.recovery("c")
+		return r != nil && r.Phase == v1alpha2.RecoveryNotNeeded && r.Request == token
+	})
 	for _, n := range down {
 		h.stopNode(n)
 	}
