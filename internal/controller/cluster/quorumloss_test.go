@@ -180,7 +180,9 @@ func TestRecoveryTokenIsNotReplayed(t *testing.T) {
 func TestForceMarkWithoutConsentIsRemoved(t *testing.T) {
 	dry := decide(lostQuorumWorld(manifest.RecoverDryRun)).recovery
 	mark := func(name, value string) func(*world) {
-		return func(w *world) { member(w, name).Annotations = map[string]string{manifest.AnnotationForceNewCluster: value} }
+		return func(w *world) {
+			member(w, name).Annotations = map[string]string{manifest.AnnotationForceNewCluster: value}
+		}
 	}
 	for _, tc := range []struct {
 		name string
