@@ -58,7 +58,9 @@ const (
 	// EtcdSnapshot to rebuild the cluster from instead of a survivor.
 	AnnotationRecoverFromSnapshot = Prefix + "recover-from-snapshot"
 	// AnnotationForceNewCluster marks the survivor of a recovery. On the
-	// EtcdMember it holds the plan's token; on the member's Pod, "true" feeds
+	// EtcdMember it holds the plan's token, and reaches the Pod only while
+	// the cluster's recovery record backs it (ForceAuthorized); on the
+	// member's Pod, "true" feeds
 	// etcd's ETCD_FORCE_NEW_CLUSTER through the downward API, read at every
 	// start of the container, so the operator takes it off the Pod (and
 	// the member) as soon as the survivor serves alone, and no restart after

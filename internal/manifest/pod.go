@@ -50,6 +50,23 @@ type PodOptions struct {
 	// off every start of a member's Pod. The nodes' kubelets and container
 	// runtimes must support image volumes (see ImageVolumesSupported).
 	ToolsFromImage bool
+	// ForceNewCluster starts etcd with --force-new-cluster: only for the
+	// survivor of a recovery under way (see ForceAuthorized).
+	ForceNewCluster bool
+}
+
+// ForceAuthorized reports whether the member's survivor mark is backed by
+// its cluster's recovery record: a recovery forcing a new cluster from
+// this member, whose token the mark holds. A mark without it (put by hand,
+// or restored from a backup) must never reach a Pod.
+func ForceAuthorized(c *v1alpha2.EtcdCluster, m *v1alpha2.EtcdMember) bool {
+	mark := m.Annotations[AnnotationForceNewCluster]
+	if c == nil || mark == "" {
+		return false
+	}
+	rec := c.Status.Recovery
+	return rec != nil && rec.Phase == v1alpha2.RecoveryForcingNewCluster && rec.Survivor != nil &&
+		rec.Survivor.Name == m.Name && rec.Token != "" && mark == rec.Token
 }
 
 // MemberOwner is the controller reference every object of a member carries.
@@ -92,7 +109,7 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 	if m.Status.MemberID != "" {
 		pod.Annotations[AnnotationMemberID] = m.Status.MemberID
 	}
-	if m.Annotations[AnnotationForceNewCluster] != "" {
+	if opts.ForceNewCluster {
 		pod.Annotations[AnnotationForceNewCluster] = "true"
 	}
 	return pod

@@ -130,8 +130,10 @@ func TestRecoveryTokenIsNotReplayedLater(t *testing.T) {
 }
 
 // The survivor's mark put by hand on a follower of a healthy cluster is
-// taken off, with a Warning, and nothing is forced or deleted. (Seen on the
-// sandbox: two members with new IDs and 19 acknowledged writes gone.)
+// taken off, with a Warning, and nothing is forced or deleted, even when
+// the follower's Pod is made again before the operator takes the mark off.
+// (Seen on the sandbox: two members with new IDs and 19 acknowledged writes
+// gone.)
 func TestHandPutForceMarkIsRemoved(t *testing.T) {
 	h := newHarness(t)
 	h.createCluster("c", 3)
@@ -144,6 +146,7 @@ func TestHandPutForceMarkIsRemoved(t *testing.T) {
 	if err := h.raw.Patch(context.Background(), m, patch); err != nil {
 		t.Fatal(err)
 	}
+	h.deletePod(f.Name)
 	h.run("mark taken off", func() bool {
 		return h.memberNamed(f.Name).Annotations[manifest.AnnotationForceNewCluster] == ""
 	})

@@ -180,7 +180,8 @@ func (r *Reconciler) createPod(ctx context.Context, s *state) (ctrl.Result, erro
 		return ctrl.Result{}, err
 	}
 	pod := manifest.Pod(m, manifest.PodOptions{EtcdRepository: r.EtcdRepository, InitialClusterState: initialState(s),
-		OperatorImage: r.OperatorImage, SecretHashes: hashes, ToolsFromImage: fromImage})
+		OperatorImage: r.OperatorImage, SecretHashes: hashes, ToolsFromImage: fromImage,
+		ForceNewCluster: manifest.ForceAuthorized(s.cluster, m)})
 	if err := r.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
 		return ctrl.Result{}, fmt.Errorf("creating pod: %w", err)
 	}
