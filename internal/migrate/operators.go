@@ -83,7 +83,7 @@ func legacyOperatorsStopped(ctx context.Context, c client.Client) error {
 			continue
 		}
 		if err := deploymentStopped(ctx, c, d); err != nil {
-			errs = append(errs, fmt.Errorf("Deployment %s/%s runs the legacy operator's image %s: %w", d.Namespace, d.Name, image, err))
+			errs = append(errs, fmt.Errorf("the Deployment %s/%s runs the legacy operator's image %s: %w", d.Namespace, d.Name, image, err))
 		}
 	}
 	return errors.Join(errs...)
