@@ -128,26 +128,33 @@ func checkCollectionRefused(t *testing.T, ns string) {
 	}
 }
 
-// installGuard renders the chart's guard for a release watching ns and
-// creates it; the test's cleanup takes it away again.
+// installGuard renders the chart's member guard for a release watching ns
+// and creates it; the test's cleanup takes it away again.
 func installGuard(t *testing.T, ns string) {
 	t.Helper()
-	values := map[string]any{
+	installPolicy(t, guardPolicy, map[string]any{
 		"manager":                  map[string]any{"watchNamespaces": []any{ns}},
 		"memberDeletionProtection": map[string]any{"additionalAllowedUsers": guardExtraUsers},
-	}
+	})
+}
+
+// installPolicy renders the chart with values as release guard and
+// creates the ValidatingAdmissionPolicy named policy with its binding; the
+// test's cleanup takes them away again.
+func installPolicy(t *testing.T, policy string, values map[string]any) {
+	t.Helper()
 	objs, err := tools.RenderChart(guardRelease, guardNamespace, values)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var guard []*unstructured.Unstructured
 	for _, obj := range objs {
-		if obj.GetAPIVersion() == admissionv1.SchemeGroupVersion.String() {
+		if obj.GetAPIVersion() == admissionv1.SchemeGroupVersion.String() && obj.GetName() == policy {
 			guard = append(guard, obj)
 		}
 	}
 	if len(guard) != 2 {
-		t.Fatalf("the chart renders %d admission objects, want the policy and its binding", len(guard))
+		t.Fatalf("the chart renders %d admission objects named %s, want the policy and its binding", len(guard), policy)
 	}
 	for _, obj := range guard {
 		if err := k.Create(context.Background(), obj); err != nil {

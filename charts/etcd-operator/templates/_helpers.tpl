@@ -36,3 +36,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "etcd-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (toString (default .Chart.AppVersion .Values.image.tag)) }}
 {{- end }}
+
+{{- /*
+The deletion guards are ValidatingAdmissionPolicies, admissionregistration.k8s.io/v1
+from Kubernetes 1.30. On an older API server the install is refused, naming
+each guard still on, rather than failing half-way on an unknown kind.
+*/}}
+{{- define "etcd-operator.requireAdmissionPolicies" -}}
+{{- if semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version }}
+{{- $on := list }}
+{{- if .Values.memberDeletionProtection.enabled }}
+{{- $on = append $on "memberDeletionProtection.enabled=false" }}
+{{- end }}
+{{- if .Values.clusterDeletionProtection.enabled }}
+{{- $on = append $on "clusterDeletionProtection.enabled=false" }}
+{{- end }}
+{{- fail (printf "the deletion guards are ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1), which Kubernetes has from 1.30; this cluster runs %s. Upgrade Kubernetes, or install with --set %s (nothing then stops a user deleting an EtcdMember, which removes the member and releases its data volume, or an EtcdCluster, which deletes every member's data volume)" .Capabilities.KubeVersion.Version (join " --set " $on)) }}
+{{- end }}
+{{- end }}
