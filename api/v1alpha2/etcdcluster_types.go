@@ -242,11 +242,42 @@ type EtcdClusterStatus struct {
 	// +listType=atomic
 	// +optional
 	LastReports []MemberReport `json:"lastReports,omitempty"`
+	// MaintenanceLock is the one lock between the cluster controller's
+	// membership changes and member restarts and the defragmentation of a
+	// member (an EtcdDefrag's Defragment call blocks that member for up to
+	// minutes). The cluster controller is its only writer: it grants the
+	// lock to the run that asks for it (the run's status.defragmenting) in a
+	// pass that changes nothing and finds the cluster at rest, makes no
+	// membership change and restarts no member while it is held, and takes
+	// it back when the run no longer asks for it or is finished, or when
+	// the lock expires (even if the run is gone: its call may still be in
+	// progress). A request is granted only while it is fresh, so a run
+	// that died holding the lock is not granted it again.
+	// +optional
+	MaintenanceLock *MaintenanceLock `json:"maintenanceLock,omitempty"`
 	// Conditions: Available, Progressing, Degraded.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// MaintenanceLock grants one EtcdDefrag the right to block one member
+// until ExpiresAt (see EtcdClusterStatus.MaintenanceLock).
+type MaintenanceLock struct {
+	// Holder is the EtcdDefrag (in the cluster's namespace) the lock is
+	// granted to.
+	Holder string `json:"holder"`
+	// Member is the EtcdMember the holder may defragment.
+	Member string `json:"member"`
+	// RequestedAt is the time of the holder's request this grant answers
+	// (its status.defragmenting.since).
+	RequestedAt metav1.Time `json:"requestedAt"`
+	// GrantedAt is when the cluster controller granted the lock.
+	GrantedAt metav1.Time `json:"grantedAt"`
+	// ExpiresAt bounds the lock: after it the cluster controller no longer
+	// honours it, and its holder starts no Defragment call under it.
+	ExpiresAt metav1.Time `json:"expiresAt"`
 }
 
 // Causes of a roll-out.

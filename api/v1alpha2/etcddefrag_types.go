@@ -108,6 +108,15 @@ type DefragMemberStatus struct {
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
+// DefragRequest names the member a run is about to block, and since when
+// it asks.
+type DefragRequest struct {
+	// Member is the EtcdMember.
+	Member string `json:"member"`
+	// Since is when the run asked; a new request has a new time.
+	Since metav1.Time `json:"since"`
+}
+
 // EtcdDefragStatus is the progress of a defragmentation.
 type EtcdDefragStatus struct {
 	// Phase of the request.
@@ -122,6 +131,14 @@ type EtcdDefragStatus struct {
 	// Defragmented counts members defragmented.
 	// +optional
 	Defragmented int32 `json:"defragmented,omitempty"`
+	// Defragmenting is the member this run defragments now, or asks to
+	// defragment next: set before its Defragment call, cleared once the
+	// call returned or the run waits. It is the run's request for the
+	// EtcdCluster's status.maintenanceLock; the run calls Defragment only
+	// while the cluster grants it that lock for this member. Written by the
+	// defrag controller only.
+	// +optional
+	Defragmenting *DefragRequest `json:"defragmenting,omitempty"`
 	// Members holds one entry per member considered.
 	// +listType=map
 	// +listMapKey=name

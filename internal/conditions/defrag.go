@@ -19,4 +19,8 @@ const (
 	ReasonDefragComplete = "Complete"
 	// ReasonMemberFailed: the run finished with at least one member failed.
 	ReasonMemberFailed = "MemberFailed"
+	// ReasonWaitingForDefrag (the EtcdCluster's Progressing): a membership
+	// change or a restart waits for the maintenance lock a defragmentation
+	// holds on a member.
+	ReasonWaitingForDefrag = "WaitingForDefrag"
 )

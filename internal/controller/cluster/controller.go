@@ -74,6 +74,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=patch
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdsnapshots,verbs=get;list;watch
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcddefrags,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
@@ -100,6 +101,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A rotated certificate or a changed password is acted on at once.
 		// Only the Secrets' metadata is watched (see package secretcache).
 		Watches(secretcache.Metadata(), handler.EnqueueRequestsFromMapFunc(r.clustersUsingSecret), builder.OnlyMetadata).
+		// A defragmentation's request for the maintenance lock, and its
+		// end, are answered at once (maintenance_lock.go).
+		Watches(&v1alpha2.EtcdDefrag{}, handler.EnqueueRequestsFromMapFunc(clusterOfDefrag)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("etcdcluster").
 		Complete(r)

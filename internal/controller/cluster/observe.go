@@ -73,6 +73,7 @@ func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*wor
 	}
 	r.readEtcd(ctx, w)
 	r.readRecoverySnapshot(ctx, w)
+	r.readDefrags(ctx, w)
 	return w, nil
 }
 

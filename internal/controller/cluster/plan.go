@@ -194,6 +194,8 @@ func decide(w *world) plan {
 			break
 		}
 	}
+	// A member being defragmented holds every disruptive change back.
+	pl.heldBack()
 	return pl.p
 }
 

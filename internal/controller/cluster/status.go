@@ -39,6 +39,7 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	setAvailable(w, p)
 	setProgressing(w, p)
 	setDegraded(w, p)
+	r.updateLock(ctx, w, p)
 	if equality.Semantic.DeepEqual(w.original.Status, w.cluster.Status) {
 		return nil
 	}

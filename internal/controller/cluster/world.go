@@ -56,6 +56,11 @@ type world struct {
 	// why it could not be read).
 	recoverySnapshot    *v1alpha2.EtcdSnapshot
 	recoverySnapshotErr error
+	// defrags are the EtcdDefrags that name the cluster (from the cache):
+	// their requests for the maintenance lock (maintenance_lock.go);
+	// defragsUnknown: they could not be listed.
+	defrags        []*v1alpha2.EtcdDefrag
+	defragsUnknown bool
 	// features are what the steps beside membership found (certificates,
 	// Services, the root password): reported, never a reason to stop
 	// membership repair.

@@ -108,6 +108,8 @@ func (r *Reconciler) deferRun(p *pass, reason, why string) ctrl.Result {
 	if p.run.Status.StartedAt == nil {
 		p.run.Status.Phase = v1alpha2.DefragPending
 	}
+	// A run that waits blocks nothing: the lock goes back to the cluster.
+	p.run.Status.Defragmenting = nil
 	msg := "Waiting: " + why
 	if p.check(false, reason, msg) {
 		conditions.Record(r.Recorder, p.run, true, "DefragDeferred", "Defragment", "%s", msg)
@@ -195,6 +197,9 @@ func (p *pass) markRunning(i int) {
 // done records a member's outcome.
 func (p *pass) done(row *v1alpha2.DefragMemberStatus, outcome v1alpha2.DefragOutcome, reason string) {
 	row.Outcome, row.Reason, row.FinishedAt = outcome, reason, &metav1.Time{Time: p.now}
+	if req := p.run.Status.Defragmenting; req != nil && req.Member == row.Name {
+		p.run.Status.Defragmenting = nil
+	}
 	p.run.Status.Defragmented = 0
 	for _, m := range p.run.Status.Members {
 		if m.Outcome == v1alpha2.DefragOutcomeDefragmented {
@@ -247,15 +252,16 @@ func (p *pass) transferee(from *v1alpha2.EtcdMember) *v1alpha2.EtcdMember {
 	return pick
 }
 
-// defragment records the decision and the size before, then defragments
-// the member and records the outcome. A crash after the first write
-// defragments it again on the next pass, which is harmless.
+// defragment records the decision and the size before, and, once the
+// cluster granted the maintenance lock for the member (lock.go), defragments
+// it and records the outcome. A crash after the first write defragments it
+// again on a later pass, which is harmless.
 func (r *Reconciler) defragment(ctx context.Context, p *pass, i int, m *v1alpha2.EtcdMember, st *etcd.Status) (ctrl.Result, error) {
 	if row := &p.run.Status.Members[i]; row.Reason != reasonDefragmenting {
 		row.Reason, row.DBSizeBefore = reasonDefragmenting, st.DBSize
-		if err := r.writeStatus(ctx, p); err != nil {
-			return ctrl.Result{}, err
-		}
+	}
+	if held, res, err := r.takeLock(ctx, p, m); !held {
+		return res, err
 	}
 	// The write decoded the answer into the run: take the row afresh.
 	row := &p.run.Status.Members[i]
@@ -310,6 +316,7 @@ func (r *Reconciler) complete(ctx context.Context, p *pass) {
 func (r *Reconciler) finish(p *pass, phase v1alpha2.DefragPhase, reason, msg string) {
 	p.run.Status.Phase = phase
 	p.run.Status.CompletedAt = &metav1.Time{Time: p.now}
+	p.run.Status.Defragmenting = nil
 	changed := p.check(phase == v1alpha2.DefragComplete, reason, msg)
 	if phase == v1alpha2.DefragFailed && changed {
 		conditions.Record(r.Recorder, p.run, true, reason, "Defragment", "%s", msg)
