@@ -316,6 +316,15 @@ const (
 	RecoveryRefused = "Refused"
 	// RecoveryNotNeeded: etcd has a leader and a quorum; nothing is done.
 	RecoveryNotNeeded = "NotNeeded"
+	// RecoveryFencing: the consented plan stops the discarded members (they
+	// go dormant: no Pod) before the survivor is forced, so none of them
+	// can serve under the old membership meanwhile; until the survivor is
+	// marked, taking the consent back stops the recovery.
+	RecoveryFencing = "Fencing"
+	// RecoveryStopped: the consent was taken back (the annotation changed
+	// or removed) or a member named a leader again before the survivor was
+	// forced; the fenced members were woken and nothing was discarded.
+	RecoveryStopped = "Stopped"
 	// RecoveryForcingNewCluster: the survivor restarts with etcd's
 	// --force-new-cluster, as the only member of the cluster.
 	RecoveryForcingNewCluster = "ForcingNewCluster"
@@ -337,8 +346,9 @@ const (
 // has come. Every phase is written before the next step acts, so an operator
 // restarted at any point goes on from the facts and this record.
 type RecoveryStatus struct {
-	// Phase: Planned, Refused, NotNeeded, ForcingNewCluster, RemovingLost,
-	// Rebootstrapping, Regrowing or Completed.
+	// Phase: Planned, Refused, NotNeeded, Fencing, Stopped,
+	// ForcingNewCluster, RemovingLost, Rebootstrapping, Regrowing or
+	// Completed.
 	Phase string `json:"phase"`
 	// Request is the value of the annotation etcd-operator.cozystack.io/recover
 	// this record answers ("dry-run", or a plan's token), so that a client
@@ -375,6 +385,15 @@ type RecoveryStatus struct {
 	// +listType=atomic
 	// +optional
 	Discarded []RecoveryMember `json:"discarded,omitempty"`
+	// KeptClaims are the PersistentVolumeClaims of the discarded members
+	// that the recovery keeps: released from their members (no owner, so
+	// nothing deletes them), labelled etcd-operator.cozystack.io/discarded-from
+	// with the cluster's name, for you to inspect and delete. Empty when the
+	// annotation etcd-operator.cozystack.io/recover-discard-volumes is
+	// "true": then they are deleted with their members.
+	// +listType=atomic
+	// +optional
+	KeptClaims []string `json:"keptClaims,omitempty"`
 	// PlanTime is when the plan was made.
 	// +optional
 	PlanTime *metav1.Time `json:"planTime,omitempty"`

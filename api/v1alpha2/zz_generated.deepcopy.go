@@ -1297,6 +1297,11 @@ func (in *RecoveryStatus) DeepCopyInto(out *RecoveryStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.KeptClaims != nil {
+		in, out := &in.KeptClaims, &out.KeptClaims
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.PlanTime != nil {
 		in, out := &in.PlanTime, &out.PlanTime
 		*out = (*in).DeepCopy()

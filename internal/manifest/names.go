@@ -57,6 +57,13 @@ const (
 	// AnnotationRecoverFromSnapshot names, beside AnnotationRecover, an
 	// EtcdSnapshot to rebuild the cluster from instead of a survivor.
 	AnnotationRecoverFromSnapshot = Prefix + "recover-from-snapshot"
+	// AnnotationRecoverDiscardVolumes "true" on an EtcdCluster, when a
+	// recovery plan is made, has the plan delete the discarded members'
+	// claims with them instead of keeping them (LabelDiscardedFrom).
+	AnnotationRecoverDiscardVolumes = Prefix + "recover-discard-volumes"
+	// LabelDiscardedFrom names, on a claim a recovery kept, the cluster
+	// whose discarded member it held.
+	LabelDiscardedFrom = Prefix + "discarded-from"
 	// AnnotationForceNewCluster marks the survivor of a recovery. On the
 	// EtcdMember it holds the plan's token, and reaches the Pod only while
 	// the cluster's recovery record backs it (ForceAuthorized); on the

@@ -99,6 +99,10 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return r.turnOnAuth(ctx, w)
 	case forceNewCluster:
 		return outcome{err: r.forceNewCluster(ctx, w, c.member, c.message)}
+	case fence, unfence:
+		return outcome{err: r.fence(ctx, w, c.member, c.kind == fence, c.message)}
+	case discard:
+		return outcome{err: r.discard(ctx, w, c)}
 	case clearForce:
 		return outcome{err: r.clearForce(ctx, w, c.member, c.reason, c.message)}
 	}

@@ -134,7 +134,7 @@ func TestMemberName(t *testing.T) {
 
 // Every change has a name for the pass log.
 func TestChangeKindNames(t *testing.T) {
-	for k := latchStatus; k <= clearForce; k++ {
+	for k := latchStatus; k <= discard; k++ {
 		if name := k.String(); strings.HasPrefix(name, "change(") {
 			t.Errorf("change kind %d has no name", int(k))
 		}

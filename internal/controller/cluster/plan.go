@@ -73,6 +73,14 @@ const (
 	forceNewCluster
 	// clearForce takes the survivor's mark off its member and its Pod.
 	clearForce
+	// fence stops a member a consented recovery discards (dormant: no
+	// Pod), before the survivor is forced; unfence wakes it when the
+	// recovery stops.
+	fence
+	unfence
+	// discard deletes a member a recovery discarded, keeping its claim
+	// (released and labelled) unless the plan deletes it.
+	discard
 )
 
 var changeNames = map[changeKind]string{
@@ -80,7 +88,7 @@ var changeNames = map[changeKind]string{
 	addLearner: "addLearner", recordJoined: "recordJoined", promote: "promote", removeFromEtcd: "removeFromEtcd",
 	release: "release", removeStray: "removeStray", deleteMember: "deleteMember", setDormant: "setDormant", wake: "wake",
 	restart: "restart", enableDowngrade: "enableDowngrade", cancelDowngrade: "cancelDowngrade", enableAuth: "enableAuth",
-	forceNewCluster: "forceNewCluster", clearForce: "clearForce",
+	forceNewCluster: "forceNewCluster", clearForce: "clearForce", fence: "fence", unfence: "unfence", discard: "discard",
 }
 
 func (k changeKind) String() string {
@@ -107,6 +115,8 @@ type change struct {
 	// reason and message describe the change in its Event (and, for a
 	// deletion, why the member goes).
 	reason, message string
+	// keepClaim: a discarded member's claim is released and kept.
+	keepClaim bool
 	// thenRemove: a deletion to scale down goes on, in the same pass,
 	// with the member's removal from etcd (etcdID, handOver). The deletion
 	// is recorded first: were the operator to stop between the two, the

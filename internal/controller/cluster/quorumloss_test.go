@@ -170,8 +170,8 @@ func TestRecoveryTokenIsNotReplayed(t *testing.T) {
 		})
 	}
 	// The plan's own token, before its expiry, is consent.
-	if p := decide(lostQuorumWorld(dry.Token, planned(dry), later(tokenValidity-time.Second))); p.change == nil || p.change.kind != forceNewCluster {
-		t.Errorf("the current plan's token: %+v", p.change)
+	if p := decide(lostQuorumWorld(dry.Token, planned(dry), later(tokenValidity-time.Second))); p.recovery == nil || p.recovery.Phase != v1alpha2.RecoveryFencing {
+		t.Errorf("the current plan's token: %+v", p.recovery)
 	}
 }
 
@@ -194,6 +194,8 @@ func TestForceMarkWithoutConsentIsRemoved(t *testing.T) {
 		})},
 		{name: "during a quorum loss, with no plan", w: lostQuorumWorld(manifest.RecoverDryRun, mark("m0", "true"))},
 		{name: "with the plan's token but no consent", w: lostQuorumWorld(manifest.RecoverDryRun, planned(dry), mark("m0", dry.Token))},
+		{name: "consented, but no member fenced yet", w: lostQuorumWorld(dry.Token, planned(dry), mark("m0", dry.Token))},
+		{name: "fencing, with the consent taken back", w: lostQuorumWorld(manifest.RecoverDryRun, planned(withPhase(dry, v1alpha2.RecoveryFencing, "")), mark("m0", dry.Token))},
 		{name: "on a member the plan discards", w: lostQuorumWorld(dry.Token, planned(dry), mark("m1", dry.Token))},
 		{name: "holding another token", w: lostQuorumWorld(dry.Token, planned(dry), mark("m0", "0123456789ab"))},
 		{name: "after the recovery completed", w: healthyWorld(3, mark("m0", dry.Token), func(w *world) {
@@ -213,9 +215,10 @@ func TestForceMarkWithoutConsentIsRemoved(t *testing.T) {
 			}
 		})
 	}
-	// The operator's own mark, made on consent before it wrote the phase
-	// (it stopped in between), is carried on.
-	w := lostQuorumWorld(dry.Token, planned(dry), mark("m0", dry.Token))
+	// The operator's own mark, made once the discarded members were
+	// fenced, before it wrote the phase (it stopped in between), is
+	// carried on.
+	w := lostQuorumWorld(dry.Token, planned(withPhase(dry, v1alpha2.RecoveryFencing, "")), mark("m0", dry.Token))
 	if p := decide(w); p.change == nil || p.change.kind != forceNewCluster || p.recovery.Phase != v1alpha2.RecoveryForcingNewCluster {
 		t.Errorf("the operator's own mark: %+v %+v", p.change, p.recovery)
 	}

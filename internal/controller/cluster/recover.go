@@ -154,6 +154,7 @@ func recoveryPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 			AppliedIndex: ptrInt64(st.RaftAppliedIndex), State: "answers without a leader"},
 	}
 	rec.Discarded = discarded(w, survivor)
+	rec.KeptClaims = keptClaims(w, rec)
 	stamp(rec, at)
 	var ahead []string
 	for _, d := range rec.Discarded {
@@ -163,9 +164,9 @@ func recoveryPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 	}
 	rec.Token = recoveryToken(w, rec)
 	names := discardedNames(rec)
-	rec.Message = fmt.Sprintf("Restart %s (applied index %d) as the only member of the cluster (etcd's --force-new-cluster), then delete %s with their volumes, "+
+	rec.Message = fmt.Sprintf("Stop %s, restart %s (applied index %d) as the only member of the cluster (etcd's --force-new-cluster), then delete %s %s, "+
 		"then grow back to %d members through learners. To carry this plan out, set the annotation %s=%s before %s",
-		survivor.Name, st.RaftAppliedIndex, orNone(names), w.desired(), manifest.AnnotationRecover, rec.Token, rec.ExpiryTime.UTC().Format(time.RFC3339))
+		orNone(names), survivor.Name, st.RaftAppliedIndex, orNone(names), volumesFate(rec), w.desired(), manifest.AnnotationRecover, rec.Token, rec.ExpiryTime.UTC().Format(time.RFC3339))
 	if len(ahead) > 0 {
 		rec.Message += fmt.Sprintf(". Warning: %s last reported a higher applied index than the survivor: writes only they applied will be lost", strings.Join(ahead, ", "))
 	}
@@ -173,6 +174,30 @@ func recoveryPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 		rec.Message += ". Not eligible as the survivor: " + strings.Join(skipped, "; ")
 	}
 	return rec
+}
+
+// keptClaims are the claims of the discarded members a plan keeps: all of
+// those on volumes, unless the cluster's annotation asks for them to go.
+func keptClaims(w *world, rec *v1alpha2.RecoveryStatus) []string {
+	if w.cluster.Annotations[manifest.AnnotationRecoverDiscardVolumes] == "true" {
+		return nil
+	}
+	var out []string
+	for _, d := range rec.Discarded {
+		if m := w.memberNamed(d.Name); m != nil && m.Spec.Storage.Medium != v1alpha2.StorageMediumMemory {
+			out = append(out, manifest.PVCName(d.Name))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// volumesFate says what becomes of the discarded members' volumes.
+func volumesFate(rec *v1alpha2.RecoveryStatus) string {
+	if len(rec.KeptClaims) == 0 {
+		return "with their volumes"
+	}
+	return fmt.Sprintf("keeping their claims (%s, labelled %s) for you to delete", strings.Join(rec.KeptClaims, ", "), manifest.LabelDiscardedFrom)
 }
 
 // stamp dates a plan: made at, good until tokenValidity later.
@@ -241,13 +266,14 @@ func snapshotPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 	}
 	rec := &v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryPlanned, Snapshot: name,
 		Restore: &v1alpha2.RestoreSpec{Source: src}, Discarded: discarded(w, nil)}
+	rec.KeptClaims = keptClaims(w, rec)
 	stamp(rec, at)
 	rec.Token = recoveryToken(w, rec)
 	taken := "at an unknown time"
 	if s.Status.CompletionTime != nil {
 		taken = "completed " + s.Status.CompletionTime.UTC().Format(time.RFC3339)
 	}
-	rec.Message = fmt.Sprintf("Delete every member (%s) with its volume, then bootstrap the cluster again from EtcdSnapshot %s (revision %d, %s) "+
+	rec.Message = fmt.Sprintf("Delete every member (%s) "+volumesFate(rec)+", then bootstrap the cluster again from EtcdSnapshot %s (revision %d, %s) "+
 		"and grow it back to %d members: every write after the snapshot is lost, and the cluster gets a new cluster ID. "+
 		"To carry this plan out, set the annotation %s=%s before %s",
 		orNone(discardedNames(rec)), name, s.Status.Artifact.Revision, taken, w.desired(), manifest.AnnotationRecover, rec.Token,
@@ -339,6 +365,7 @@ func recoveryToken(w *world, rec *v1alpha2.RecoveryStatus) string {
 	for _, d := range ds {
 		fmt.Fprintf(h, "/%s:%s", d.Name, d.MemberID)
 	}
+	fmt.Fprintf(h, "/keep:%s", strings.Join(rec.KeptClaims, ","))
 	if rec.PlanTime != nil {
 		fmt.Fprintf(h, "@%d", rec.PlanTime.Unix())
 	}
@@ -416,6 +443,8 @@ func (pl *planner) recover() bool {
 	}
 	if rec != nil {
 		switch rec.Phase {
+		case v1alpha2.RecoveryFencing:
+			return pl.fencing(rec)
 		case v1alpha2.RecoveryForcingNewCluster:
 			if rec.Survivor != nil && w.memberNamed(rec.Survivor.Name) != nil && servesAlone(w, w.memberNamed(rec.Survivor.Name)) {
 				// The mark came off before the phase was written.
@@ -442,8 +471,8 @@ func (pl *planner) recover() bool {
 // is not the operator's own, or "" when a recovery record stands behind
 // it: the record names the member as the survivor and the mark holds the
 // record's token, and the record is either under way (ForcingNewCluster)
-// or the plan the annotation consents to now, before it expired (the
-// operator stopped between marking the survivor and writing the phase).
+// or fencing with the consent still given (the operator stopped between
+// marking the survivor and writing the phase).
 func forceUnauthorized(w *world, m *v1alpha2.EtcdMember, rec *v1alpha2.RecoveryStatus) string {
 	mark := m.Annotations[manifest.AnnotationForceNewCluster]
 	var why string
@@ -456,7 +485,7 @@ func forceUnauthorized(w *world, m *v1alpha2.EtcdMember, rec *v1alpha2.RecoveryS
 		why = fmt.Sprintf("the mark %q is not the recovery plan's token", mark)
 	case rec.Phase == v1alpha2.RecoveryForcingNewCluster:
 		return ""
-	case rec.Phase == v1alpha2.RecoveryPlanned && mark != "" && consented(w, rec):
+	case rec.Phase == v1alpha2.RecoveryFencing && mark != "" && !withdrawn(w, rec):
 		return ""
 	default:
 		why = fmt.Sprintf("the recovery record is %s, not a consented plan", rec.Phase)
@@ -483,7 +512,9 @@ func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
 	settled := rec != nil && rec.Phase == v1alpha2.RecoveryCompleted && (req == rec.Token || req == rec.Request)
 	switch {
 	case req == "":
-		if rec != nil && rec.Phase != v1alpha2.RecoveryCompleted {
+		// A finished recovery (completed, or stopped before anything was
+		// discarded) stays on record; anything else nobody asks for goes.
+		if rec != nil && rec.Phase != v1alpha2.RecoveryCompleted && rec.Phase != v1alpha2.RecoveryStopped {
 			pl.setRecovery(nil)
 		}
 		return false
@@ -546,20 +577,89 @@ func (pl *planner) startRecovery(plan *v1alpha2.RecoveryStatus) bool {
 		plan.Phase, plan.Message = v1alpha2.RecoveryRemovingLost, "Deleting every member, to rebuild the cluster from "+origin(plan)
 		return pl.removeDiscarded(plan)
 	}
-	s := w.memberNamed(plan.Survivor.Name)
-	plan.Phase = v1alpha2.RecoveryForcingNewCluster
-	plan.Message = fmt.Sprintf("Restarting %s as the only member of the cluster (--force-new-cluster)", s.Name)
+	// The phase is written before any member is touched: every later step
+	// is found again from it.
+	plan.Phase = v1alpha2.RecoveryFencing
+	plan.Message = fmt.Sprintf("Stopping %s before restarting %s alone; removing the annotation %s now stops the recovery",
+		orNone(discardedNames(plan)), plan.Survivor.Name, manifest.AnnotationRecover)
 	pl.setRecovery(plan)
-	pl.working(conditions.ReasonRecoveringQuorum, "%s", plan.Message)
-	return pl.act(&change{kind: forceNewCluster, member: s, message: plan.Token})
+	return pl.wait(0, conditions.ReasonRecoveringQuorum, "%s", plan.Message)
+}
+
+// withdrawn reports whether the consent to a recovery under way was taken
+// back: the annotation no longer holds its token.
+func withdrawn(w *world, rec *v1alpha2.RecoveryStatus) bool {
+	return w.cluster.Annotations[manifest.AnnotationRecover] != rec.Token
+}
+
+// fencing stops the discarded members, one per pass, and once none of
+// them has a Pod left that is not going, marks and restarts the survivor.
+// Until then the recovery stops if the consent is taken back or a member
+// names a leader again: the fenced members are woken, nothing is lost.
+func (pl *planner) fencing(rec *v1alpha2.RecoveryStatus) bool {
+	w := pl.w
+	if why := stopReason(w, rec); why != "" {
+		return pl.stopRecovery(rec, why)
+	}
+	for _, d := range rec.Discarded {
+		m := w.memberNamed(d.Name)
+		if m == nil || deleting(m) || m.Spec.Dormant {
+			continue
+		}
+		pl.setRecovery(rec)
+		pl.working(conditions.ReasonRecoveringQuorum, "Stopping discarded member %s", m.Name)
+		return pl.act(&change{kind: fence, member: m, message: "plan " + rec.Token})
+	}
+	for _, d := range rec.Discarded {
+		if p := w.pods[d.Name]; p != nil && p.DeletionTimestamp == nil {
+			pl.setRecovery(rec)
+			return pl.wait(0, conditions.ReasonRecoveringQuorum, "Waiting for the Pod of discarded member %s to stop", d.Name)
+		}
+	}
+	s := w.memberNamed(rec.Survivor.Name)
+	if s == nil || deleting(s) {
+		return pl.stopRecovery(rec, fmt.Sprintf("the survivor %s is gone", rec.Survivor.Name))
+	}
+	next := withPhase(rec, v1alpha2.RecoveryForcingNewCluster, fmt.Sprintf("Restarting %s as the only member of the cluster (--force-new-cluster)", s.Name))
+	pl.setRecovery(next)
+	pl.working(conditions.ReasonRecoveringQuorum, "%s", next.Message)
+	return pl.act(&change{kind: forceNewCluster, member: s, message: rec.Token})
+}
+
+// stopReason says why a fencing recovery must stop, or "".
+func stopReason(w *world, rec *v1alpha2.RecoveryStatus) string {
+	if withdrawn(w, rec) {
+		return fmt.Sprintf("the annotation %s no longer holds the plan's token", manifest.AnnotationRecover)
+	}
+	if ref, _ := w.reference(); ref != nil {
+		return fmt.Sprintf("member %s leads in term %d again: the cluster has a quorum", etcd.FormatID(ref.MemberID), ref.RaftTerm)
+	}
+	return ""
+}
+
+// stopRecovery wakes the members the recovery fenced, one per pass, then
+// records that it stopped.
+func (pl *planner) stopRecovery(rec *v1alpha2.RecoveryStatus, why string) bool {
+	w := pl.w
+	for _, d := range rec.Discarded {
+		if m := w.memberNamed(d.Name); m != nil && !deleting(m) && m.Spec.Dormant && w.desired() > 0 {
+			pl.setRecovery(rec)
+			pl.working(conditions.ReasonRecoveringQuorum, "Stopping the recovery (%s): waking %s", why, m.Name)
+			return pl.act(&change{kind: unfence, member: m, message: "the recovery stopped: " + why})
+		}
+	}
+	next := withPhase(rec, v1alpha2.RecoveryStopped, fmt.Sprintf("The recovery stopped before the survivor was forced: %s. Nothing was discarded", why))
+	pl.setRecovery(next)
+	pl.working(conditions.ReasonRecoveryRefused, "%s", next.Message)
+	return false
 }
 
 // forcing carries the forced restart of the survivor to the point where it
 // serves alone, then takes its mark off.
 func (pl *planner) forcing(s *v1alpha2.EtcdMember, rec *v1alpha2.RecoveryStatus) bool {
 	w := pl.w
-	if rec.Phase == v1alpha2.RecoveryPlanned {
-		// Consented and marked, but the operator stopped before the phase
+	if rec.Phase == v1alpha2.RecoveryFencing {
+		// Fenced and marked, but the operator stopped before the phase
 		// was written: it is written now.
 		rec = withPhase(rec, v1alpha2.RecoveryForcingNewCluster, fmt.Sprintf("Restarting %s as the only member of the cluster (--force-new-cluster)", s.Name))
 	}
@@ -606,7 +706,7 @@ func (pl *planner) removeDiscarded(rec *v1alpha2.RecoveryStatus) bool {
 		}
 		pl.setRecovery(withPhase(rec, v1alpha2.RecoveryRemovingLost, "Deleting the discarded members"))
 		pl.working(conditions.ReasonRecoveringQuorum, "Deleting discarded member %s", m.Name)
-		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonRecoveringQuorum,
+		return pl.act(&change{kind: discard, member: m, reason: conditions.ReasonRecoveringQuorum, keepClaim: keeps(rec, m),
 			message: fmt.Sprintf("Deleting member %s, discarded by the recovery from quorum loss (survivor %s)", m.Name, origin(rec))})
 	}
 	next := withPhase(rec, v1alpha2.RecoveryRegrowing, fmt.Sprintf("Growing back to %d members from %s", w.desired(), origin(rec)))
@@ -625,7 +725,7 @@ func (pl *planner) removeEveryMember(rec *v1alpha2.RecoveryStatus) bool {
 	pl.working(conditions.ReasonRecoveringQuorum, "Deleting every member, to rebuild the cluster from %s", origin(rec))
 	for _, m := range w.members {
 		if !deleting(m) {
-			return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonRecoveringQuorum,
+			return pl.act(&change{kind: discard, member: m, reason: conditions.ReasonRecoveringQuorum, keepClaim: keeps(rec, m),
 				message: fmt.Sprintf("Deleting member %s, discarded by the recovery from %s", m.Name, origin(rec))})
 		}
 	}
@@ -647,6 +747,11 @@ func (pl *planner) removeEveryMember(rec *v1alpha2.RecoveryStatus) bool {
 	pl.p.recoverySet = false
 	return pl.act(&change{kind: latchStatus, status: next, reason: conditions.ReasonRecoveringQuorum,
 		message: fmt.Sprintf("Every member is gone; bootstrapping the cluster again from %s", origin(rec))})
+}
+
+// keeps reports whether the recovery keeps the member's claim.
+func keeps(rec *v1alpha2.RecoveryStatus, m *v1alpha2.EtcdMember) bool {
+	return slices.Contains(rec.KeptClaims, manifest.PVCName(m.Name))
 }
 
 // regrowing completes the recovery once the target is reached again.

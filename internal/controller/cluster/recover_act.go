@@ -3,6 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -110,4 +114,66 @@ func (r *Reconciler) observeDayTwo(w *world) {
 		r.Metrics.QuorumRecovered(w.cluster.Namespace, w.cluster.Name, source)
 	}
 	r.Metrics.ObserveCertificates(w.cluster.Namespace, w.cluster.Name, w.secrets)
+}
+
+// fence makes a discarded member dormant before the survivor is forced
+// (its Pod goes, so it cannot serve under the old membership), or wakes it
+// again when the recovery stops.
+func (r *Reconciler) fence(ctx context.Context, w *world, m *v1alpha2.EtcdMember, stop bool, why string) error {
+	patch := client.MergeFrom(m.DeepCopy())
+	m.Spec.Dormant = stop
+	if err := r.Client.Patch(ctx, m, patch); err != nil {
+		return fmt.Errorf("setting dormant=%t on %s: %w", stop, m.Name, err)
+	}
+	if stop {
+		r.event(w.cluster, false, conditions.ReasonRecoveringQuorum, "Fence", "Stopped member %s, which the recovery discards, before forcing the survivor: %s", m.Name, why)
+	} else {
+		r.event(w.cluster, false, conditions.ReasonRecoveringQuorum, "Unfence", "Woke member %s: %s", m.Name, why)
+	}
+	return nil
+}
+
+// discard deletes a member a recovery discarded. Unless the plan deletes
+// the volumes too, the member is first made dormant (its controller then
+// stops its Pod and no longer looks after its claim), and its claim
+// released from it (no owner: the garbage collector leaves it) and
+// labelled with the cluster's name; done twice, or after a crash between
+// any two calls, it ends the same.
+func (r *Reconciler) discard(ctx context.Context, w *world, c *change) error {
+	if c.keepClaim {
+		if !c.member.Spec.Dormant {
+			if err := r.fence(ctx, w, c.member, true, "its claim is kept"); err != nil {
+				return err
+			}
+		}
+		if err := r.keepClaim(ctx, w, c.member); err != nil {
+			return err
+		}
+	}
+	return r.deleteMember(ctx, w, c.member, c.reason, c.message)
+}
+
+// keepClaim releases a discarded member's claim from it and labels it.
+func (r *Reconciler) keepClaim(ctx context.Context, w *world, m *v1alpha2.EtcdMember) error {
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: manifest.PVCName(m.Name)}, pvc)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the claim of discarded member %s: %w", m.Name, err)
+	}
+	owned := slices.ContainsFunc(pvc.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == m.UID })
+	if !owned && pvc.Labels[manifest.LabelDiscardedFrom] == w.cluster.Name {
+		return nil
+	}
+	patch := client.MergeFrom(pvc.DeepCopy())
+	pvc.OwnerReferences = slices.DeleteFunc(pvc.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == m.UID })
+	metav1.SetMetaDataLabel(&pvc.ObjectMeta, manifest.LabelDiscardedFrom, w.cluster.Name)
+	if err := r.Client.Patch(ctx, pvc, patch); err != nil {
+		return fmt.Errorf("keeping the claim of discarded member %s: %w", m.Name, err)
+	}
+	r.event(w.cluster, false, conditions.ReasonRecoveringQuorum, "KeepClaim",
+		"Kept claim %s of discarded member %s (label %s=%s); delete it once you no longer need its data", pvc.Name, m.Name, manifest.LabelDiscardedFrom, w.cluster.Name)
+	return nil
 }

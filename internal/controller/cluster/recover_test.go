@@ -103,12 +103,49 @@ func TestRecoveryConsented(t *testing.T) {
 	if len(d) != 2 || d[0].Name != "m1" || d[0].AppliedIndex == nil || *d[0].AppliedIndex != 990 || d[0].LastSeen == nil {
 		t.Errorf("discarded: %+v", d)
 	}
+	// Consent writes the phase first and touches nothing.
 	p := decide(lostQuorumWorld(dry.recovery.Token, planned(dry.recovery)))
-	if p.change == nil || p.change.kind != forceNewCluster || p.change.member.Name != "m0" {
-		t.Fatalf("consent made %+v", p.change)
+	if p.change != nil || p.recovery.Phase != v1alpha2.RecoveryFencing || p.recovery.StartTime == nil {
+		t.Fatalf("consent made %+v, recovery %+v", p.change, p.recovery)
 	}
-	if p.recovery.Phase != v1alpha2.RecoveryForcingNewCluster || p.recovery.StartTime == nil {
-		t.Errorf("recovery %+v", p.recovery)
+	fencing := func(mods ...func(*world)) *world {
+		return lostQuorumWorld(dry.recovery.Token, planned(p.recovery), func(w *world) {
+			for _, mod := range mods {
+				mod(w)
+			}
+		})
+	}
+	// The discarded members stop first, one per pass.
+	if q := decide(fencing()); q.change == nil || q.change.kind != fence || q.change.member.Name != "m1" {
+		t.Fatalf("fencing: %+v", q.change)
+	}
+	fenced := func(w *world) {
+		for _, n := range []string{"m1", "m2"} {
+			member(w, n).Spec.Dormant = true
+			delete(w.pods, n)
+		}
+	}
+	q := decide(fencing(fenced))
+	if q.change == nil || q.change.kind != forceNewCluster || q.change.member.Name != "m0" || q.recovery.Phase != v1alpha2.RecoveryForcingNewCluster {
+		t.Fatalf("once fenced: %+v %+v", q.change, q.recovery)
+	}
+	// Taken back, or a leader again, before the survivor is forced: the
+	// fenced members wake and the recovery stops.
+	withdrawn := func(w *world) { w.cluster.Annotations[manifest.AnnotationRecover] = "" }
+	if q := decide(fencing(fenced, withdrawn)); q.change == nil || q.change.kind != unfence {
+		t.Fatalf("withdrawn: %+v", q.change)
+	}
+	woken := func(w *world) {
+		for _, n := range []string{"m1", "m2"} {
+			member(w, n).Spec.Dormant = false
+		}
+	}
+	if q := decide(fencing(woken, withdrawn)); q.change != nil || q.recovery.Phase != v1alpha2.RecoveryStopped {
+		t.Fatalf("withdrawn, woken: %+v %+v", q.change, q.recovery)
+	}
+	leads := func(w *world) { w.etcd.status["m0"].Leader = 0x10 }
+	if q := decide(fencing(fenced, leads)); q.change == nil || q.change.kind != unfence {
+		t.Fatalf("a leader again: %+v", q.change)
 	}
 	// A plan consented to while the cluster got its quorum back is not
 	// carried out.
@@ -171,7 +208,7 @@ func TestRecoveryAfterTheForcedStart(t *testing.T) {
 		w.cluster.Status.Recovery.Phase = v1alpha2.RecoveryRemovingLost
 	})
 	p := decide(removing)
-	if p.change == nil || p.change.kind != deleteMember || p.change.member.Name != "m1" {
+	if p.change == nil || p.change.kind != discard || p.change.member.Name != "m1" {
 		t.Fatalf("removing: %+v", p.change)
 	}
 }
@@ -211,7 +248,7 @@ func TestRecoveryFromASnapshot(t *testing.T) {
 		t.Error("the snapshot plan has the survivor plan's token")
 	}
 	p := decide(snapshotWorld(r.Token, planned(r)))
-	if p.change == nil || p.change.kind != deleteMember || p.recovery.Phase != v1alpha2.RecoveryRemovingLost {
+	if p.change == nil || p.change.kind != discard || !p.change.keepClaim || p.recovery.Phase != v1alpha2.RecoveryRemovingLost {
 		t.Fatalf("consent: %+v %+v", p.change, p.recovery)
 	}
 	// The cache lists members in no set order: the consent given to a plan
@@ -221,7 +258,7 @@ func TestRecoveryFromASnapshot(t *testing.T) {
 	if got := decide(snapshotWorld(manifest.RecoverDryRun, reversed)).recovery.Token; got != r.Token {
 		t.Errorf("the same plan over members listed the other way round has token %s, want %s", got, r.Token)
 	}
-	if p := decide(snapshotWorld(r.Token, planned(r), reversed)); p.change == nil || p.change.kind != deleteMember {
+	if p := decide(snapshotWorld(r.Token, planned(r), reversed)); p.change == nil || p.change.kind != discard {
 		t.Fatalf("consent over members listed the other way round: %+v %+v", p.change, p.recovery)
 	}
 	removing := func(mods ...func(*world)) *world {

@@ -185,6 +185,7 @@ func (h *harness) checkRecovered(survivor v1alpha2.EtcdMember, clusterID string,
 	if m := h.memberNamed(survivor.Name); m.Annotations[manifest.AnnotationForceNewCluster] != "" {
 		t.Error("the survivor keeps its mark")
 	}
+	h.checkKeptClaims(len(rec.Discarded))
 	if len(h.events.notes("QuorumRecovered")) == 0 {
 		t.Error("no QuorumRecovered event")
 	}
@@ -316,5 +317,91 @@ func TestRecoveryFromASnapshotOnALaggingCache(t *testing.T) {
 				t.Errorf("member %s outlived the rebuild", m.Name)
 			}
 		}
+	}
+}
+
+// checkKeptClaims checks that the recovery kept the discarded members'
+// claims, as many as want: listed in its record, released from their
+// members and labelled with the cluster's name.
+func (h *harness) checkKeptClaims(want int) {
+	t := h.t
+	t.Helper()
+	kept := h.recovery("c").KeptClaims
+	if len(kept) != want {
+		t.Errorf("kept claims %v, want %d", kept, want)
+	}
+	for _, name := range kept {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := h.raw.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pvc); err != nil {
+			t.Errorf("kept claim %s: %v", name, err)
+			continue
+		}
+		if len(pvc.OwnerReferences) > 0 || pvc.Labels[manifest.LabelDiscardedFrom] != "c" {
+			t.Errorf("kept claim %s: owners %v, labels %v", name, pvc.OwnerReferences, pvc.Labels)
+		}
+	}
+}
+
+// Asked to, the recovery deletes the discarded members' claims with them.
+func TestRecoveryDiscardsVolumesWhenAsked(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3, func(c *v1alpha2.EtcdCluster) {
+		c.Annotations = map[string]string{manifest.AnnotationRecoverDiscardVolumes: "true"}
+	})
+	h.run("3", h.converged("c", 3))
+	before := h.members("c")
+	h.recoverWithConsent("c")
+	h.run("recovered", func() bool { return recovered(h) && h.converged("c", 3)() })
+	h.checkKeptClaims(0)
+	discarded := map[string]bool{}
+	for _, m := range before {
+		if h.memberNamed(m.Name) == nil {
+			discarded[manifest.PVCName(m.Name)] = true
+		}
+	}
+	if len(discarded) != 2 {
+		t.Fatalf("discarded claims %v", discarded)
+	}
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	_ = h.raw.List(context.Background(), pvcs)
+	for _, p := range pvcs.Items {
+		if discarded[p.Name] {
+			t.Errorf("claim %s of a discarded member is left", p.Name)
+		}
+	}
+}
+
+// Consent taken back while the discarded members are being stopped stops
+// the recovery: they are woken, the survivor is never forced, no member or
+// claim is deleted.
+func TestRecoveryStopsWhenConsentIsTakenBack(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	h.loseQuorum("c")
+	h.annotateRecover("c", manifest.RecoverDryRun)
+	h.run("planned", func() bool { r := h.recovery("c"); return r != nil && r.Phase == v1alpha2.RecoveryPlanned })
+	members := len(h.members("c"))
+	h.annotateRecover("c", h.recovery("c").Token)
+	h.afterCluster = func() {
+		if r := h.recovery("c"); r != nil && r.Phase == v1alpha2.RecoveryFencing {
+			h.annotateRecover("c", "")
+			h.afterCluster = nil
+		}
+	}
+	h.run("stopped", func() bool { r := h.recovery("c"); return r != nil && r.Phase == v1alpha2.RecoveryStopped })
+	h.steps(10)
+	for pod, n := range h.forced {
+		if n > 0 {
+			t.Errorf("%s was forced after the consent was taken back", pod)
+		}
+	}
+	for _, m := range h.members("c") {
+		if m.Spec.Dormant || m.DeletionTimestamp != nil {
+			t.Errorf("member %s left dormant=%v deleting=%v", m.Name, m.Spec.Dormant, m.DeletionTimestamp != nil)
+		}
+	}
+	if got := len(h.members("c")); got != members {
+		t.Errorf("%d members, had %d", got, members)
 	}
 }
