@@ -196,7 +196,7 @@ func deleteClusters(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	for i := range list.Items {
-		if err := k.Delete(context.Background(), &list.Items[i]); client.IgnoreNotFound(err) != nil {
+		if err := deleteCluster(context.Background(), &list.Items[i]); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,7 +247,7 @@ func singleMember(t *testing.T, ns string, floor float64) []result {
 		took, podStart, own = append(took, s), append(podStart, p.Seconds()), append(own, s-p.Seconds())
 		stall = max(stall, st)
 		fmt.Printf("%s: %.2f s, its Pod created → Ready %.2f s, the operator's own %.2f s\n", name, s, p.Seconds(), s-p.Seconds())
-		if err := k.Delete(context.Background(), getCluster(t, ns, name)); err != nil {
+		if err := deleteCluster(context.Background(), getCluster(t, ns, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -277,7 +277,7 @@ func bootstrapSpread(t *testing.T, ns string, n int, floor float64) []result {
 		name := fmt.Sprintf("spread%d", i)
 		s, _, _ := timeToAvailable(t, ns, name, 3)
 		took = append(took, s)
-		if err := k.Delete(context.Background(), getCluster(t, ns, name)); err != nil {
+		if err := deleteCluster(context.Background(), getCluster(t, ns, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -406,7 +406,7 @@ func rollingUpgrade(t *testing.T, ns string, n int32) []result {
 	name := fmt.Sprintf("upgrade%d", n)
 	newCluster(t, ns, name, n, func(c *v1alpha2.EtcdCluster) { c.Spec.Version = upgradePath[0] })
 	waitReconciled(t, ns, name, int(n), 5*time.Minute)
-	defer func() { _ = k.Delete(context.Background(), getCluster(t, ns, name)) }()
+	defer func() { _ = deleteCluster(context.Background(), getCluster(t, ns, name)) }()
 	w := startWriter(t, ns, name)
 	defer w.halt()
 	w.requireWritesAfter("", 5, time.Minute)
@@ -442,7 +442,7 @@ func probeCost(t *testing.T, ns string) []result {
 	const name = "probed"
 	newCluster(t, ns, name, 3)
 	waitReconciled(t, ns, name, 3, 5*time.Minute)
-	defer func() { _ = k.Delete(context.Background(), getCluster(t, ns, name)) }()
+	defer func() { _ = deleteCluster(context.Background(), getCluster(t, ns, name)) }()
 	leader, err := leaderName(ns, name)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func TestDeletionLeavesNothing(t *testing.T) {
 	const name = "doomed"
 	c := newCluster(t, ns, name, 3)
 	waitReconciled(t, ns, name, 3, 3*time.Minute)
-	if err := k.Delete(context.Background(), c); err != nil {
+	if err := deleteCluster(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	sel := client.MatchingLabels{manifest.LabelCluster: name}

@@ -47,6 +47,11 @@ func namespace(t *testing.T, name string) string {
 // clusters starve a small machine, and the suites still running with them.
 // The namespace itself stays: the operator watches it.
 func release(t *testing.T, ns string) {
+	// The chart guards EtcdCluster deletion: the break-glass annotation
+	// first, as a person deleting a cluster on purpose does.
+	if out, err := kubectl("-n", ns, "annotate", "--overwrite", "etcdclusters", "--all", manifest.AnnotationAllowDeletion+"=true"); err != nil {
+		t.Logf("marking namespace %s's clusters for deletion: %v: %s", ns, err, out)
+	}
 	if out, err := kubectl("-n", ns, "delete", "--wait=false", "--ignore-not-found",
 		"etcdclusters,etcdsnapshotschedules,etcddefragpolicies,etcdsnapshots,deployments,statefulsets,jobs", "--all"); err != nil {
 		t.Logf("releasing namespace %s: %v: %s", ns, err, out)
@@ -369,4 +374,15 @@ func every(interval time.Duration, fn func()) (stop func()) {
 		close(done)
 		<-finished
 	}
+}
+
+// deleteCluster deletes an EtcdCluster on purpose: the break-glass
+// annotation the chart's deletion guard asks for, then the delete.
+func deleteCluster(ctx context.Context, c *v1alpha2.EtcdCluster) error {
+	patch := client.MergeFrom(c.DeepCopy())
+	metav1.SetMetaDataAnnotation(&c.ObjectMeta, manifest.AnnotationAllowDeletion, "true")
+	if err := k.Patch(ctx, c, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return k.Delete(ctx, c)
 }
