@@ -18,6 +18,7 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/version"
 )
 
 // Recovery from quorum loss: explicit, consented, never automatic.
@@ -260,6 +261,9 @@ func snapshotPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 	case w.cluster.Spec.Storage.Medium == v1alpha2.StorageMediumMemory:
 		return refused("The cluster keeps its data in memory (storage.medium: Memory), which a restore cannot seed; create a new EtcdCluster on volumes with spec.bootstrap.restore")
 	}
+	if why := unrestorable(w, s); why != "" {
+		return refused("EtcdSnapshot %s cannot rebuild this cluster: %s. Nothing was changed; name another snapshot", name, why)
+	}
 	src, err := manifest.ArtifactSource(s)
 	if err != nil {
 		return refused("EtcdSnapshot %s: %v", name, err)
@@ -277,8 +281,45 @@ func snapshotPlan(w *world, at time.Time) *v1alpha2.RecoveryStatus {
 		"and grow it back to %d members: every write after the snapshot is lost, and the cluster gets a new cluster ID. "+
 		"To carry this plan out, set the annotation %s=%s before %s",
 		orNone(discardedNames(rec)), name, s.Status.Artifact.Revision, taken, w.desired(), manifest.AnnotationRecover, rec.Token,
-		rec.ExpiryTime.UTC().Format(time.RFC3339))
+		rec.ExpiryTime.UTC().Format(time.RFC3339)) + unverified(s)
 	return rec
+}
+
+// restoreReserve is the room a restored member needs beside the database:
+// etcd's first write-ahead log segment, preallocated at its start.
+const restoreReserve = 64 << 20
+
+// unrestorable says why a complete snapshot would fail to seed the
+// cluster, from what can be known before every member is deleted: a
+// verification that failed, an etcd minor newer than the cluster's (the
+// storage format only moves forward), a database larger than a member's
+// volume. "" when none applies.
+func unrestorable(w *world, s *v1alpha2.EtcdSnapshot) string {
+	if c := conditions.Get(s.Status.Conditions, conditions.Verified); c != nil && c.Status == metav1.ConditionFalse {
+		return fmt.Sprintf("its verification failed (%s: %s)", c.Reason, c.Message)
+	}
+	a := s.Status.Artifact
+	target := w.cluster.Spec.Version
+	if w.cluster.Status.Observed != nil && w.cluster.Status.Observed.Version != "" {
+		target = w.cluster.Status.Observed.Version
+	}
+	from, err1 := version.Parse(a.EtcdVersion)
+	to, err2 := version.Parse(target)
+	if err1 == nil && err2 == nil && (from.Major > to.Major || from.Major == to.Major && from.Minor > to.Minor) {
+		return fmt.Sprintf("it was taken from etcd %s, a newer minor than the cluster's %s", a.EtcdVersion, target)
+	}
+	if size := w.cluster.Spec.Storage.Size; a.SizeBytes > 0 && !size.IsZero() && a.SizeBytes+restoreReserve > size.Value() {
+		return fmt.Sprintf("its database (%d bytes) and etcd's first log segment do not fit a member's volume of %s", a.SizeBytes, size.String())
+	}
+	return ""
+}
+
+// unverified warns, in a plan, of a snapshot that was never read back.
+func unverified(s *v1alpha2.EtcdSnapshot) string {
+	if c := conditions.Get(s.Status.Conditions, conditions.Verified); c != nil && c.Status == metav1.ConditionTrue {
+		return ""
+	}
+	return ". Warning: this snapshot was never verified (spec.verify); it is restored as stored"
 }
 
 // origin names what a recovery rebuilds the cluster from.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
@@ -302,5 +303,33 @@ func TestAlarmIsPolled(t *testing.T) {
 	w.etcd.leader.Errors = []string{"memberID:16 alarm:NOSPACE "}
 	if d := requeue(w, plan{}, outcome{}); d == 0 || d > alarmPoll {
 		t.Errorf("with NOSPACE raised the next look is in %s, want at most %s", d, alarmPoll)
+	}
+}
+
+// Claim 5 of issue 41: a rebuild from a snapshot deletes every member, so
+// whatever can tell in advance that the restore would fail refuses the
+// plan, before anything is deleted.
+func TestSnapshotRecoveryRefusesWhatCannotRestore(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*world)
+		want string
+	}{
+		{"its verification failed", func(w *world) {
+			w.recoverySnapshot.Status.Conditions = []metav1.Condition{{Type: conditions.Verified, Status: metav1.ConditionFalse, Reason: "KVHashMismatch", Message: "hashes differ"}}
+		}, "verification failed"},
+		{"taken from a newer etcd minor", func(w *world) { w.recoverySnapshot.Status.Artifact.EtcdVersion = "3.7.3" }, "newer minor"},
+		{"larger than a member's volume", func(w *world) { w.recoverySnapshot.Status.Artifact.SizeBytes = 2 << 30 }, "do not fit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := decide(snapshotWorld(manifest.RecoverDryRun, tc.mod))
+			if p.change != nil || p.recovery.Phase != v1alpha2.RecoveryRefused || !strings.Contains(p.recovery.Message, tc.want) {
+				t.Errorf("%+v, change %+v", p.recovery, p.change)
+			}
+		})
+	}
+	ok := decide(snapshotWorld(manifest.RecoverDryRun, func(w *world) { w.recoverySnapshot.Status.Artifact.EtcdVersion = "3.5.35" }))
+	if ok.recovery.Phase != v1alpha2.RecoveryPlanned || !strings.Contains(ok.recovery.Message, "never verified") {
+		t.Errorf("an older minor, unverified: %+v", ok.recovery)
 	}
 }
