@@ -54,6 +54,13 @@ func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*wor
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, pod); err == nil {
 			w.pods[m.Name] = pod
 		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: manifest.PVCName(m.Name)}, pvc); err == nil && pvc.DeletionTimestamp != nil {
+			if w.claimsGoing == nil {
+				w.claimsGoing = map[string]bool{}
+			}
+			w.claimsGoing[m.Name] = true
+		}
 	}
 	// The cache lists in no set order; a pass decides from the members in
 	// the order they were created (then by name), so that two passes over

@@ -25,6 +25,12 @@ func (pl *planner) retireLost() bool {
 		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember, message: fmt.Sprintf(
 			"Removing member %s to replace it: etcd no longer lists it (it was removed from etcd outside the operator) and it can never rejoin as itself", m.Name)})
 	}
+	if m := claimGoing(w); m != nil {
+		pl.working(conditions.ReasonReplacingMember, "Replacing member %s, whose claim is being deleted", m.Name)
+		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember, message: fmt.Sprintf(
+			"Replacing member %s: its claim %s is being deleted. It keeps serving and voting on the volume its Pod holds until its replacement is a healthy voter",
+			m.Name, manifest.PVCName(m.Name))})
+	}
 	for _, m := range lostFirstLearners(w) {
 		if em := w.etcdMemberOf(m); em != nil && !em.IsLearner {
 			if d := quorum.Remove(w.voters(), m.Name); !d.OK {
@@ -38,6 +44,19 @@ func (pl *planner) retireLost() bool {
 			message: fmt.Sprintf("Removing lost member %s to replace it (%s: %s)", m.Name, why.Reason, why.Message)})
 	}
 	return false
+}
+
+// claimGoing finds a running member, not lost, whose claim is being
+// deleted while its Pod still holds it. Deleting the member (not marking it
+// lost) keeps it in every quorum projection while it serves: it leaves
+// etcd only once its replacement is a healthy voter, as any deleted member.
+func claimGoing(w *world) *v1alpha2.EtcdMember {
+	for _, m := range w.running() {
+		if w.claimsGoing[m.Name] && !lost(m) && w.pods[m.Name] != nil {
+			return m
+		}
+	}
+	return nil
 }
 
 // removedOutside finds a running member that joined etcd (it has its

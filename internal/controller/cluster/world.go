@@ -29,6 +29,9 @@ type world struct {
 
 	// pods are the members' Pods by member name (from the cache).
 	pods map[string]*corev1.Pod
+	// claimsGoing names the members whose claim is being deleted (from the
+	// cache): held by their Pod, they still serve until replaced.
+	claimsGoing map[string]bool
 	// published are the Pod addresses the EndpointSlices of each headless
 	// Service list, by Service name: what cluster DNS answers from.
 	published map[string]map[string]bool

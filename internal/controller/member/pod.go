@@ -33,8 +33,8 @@ func initialState(s *state) string {
 	return manifest.StateExisting
 }
 
-// claimLost marks a member whose claim is gone (deleted, or being deleted)
-// after it was made: its data went with it. Creating a new, empty claim
+// claimLost marks a member whose claim is gone (deleted, or being deleted
+// with no Pod left to hold it) after it was made: its data went with it. Creating a new, empty claim
 // would restart the member under its old etcd identity with no raft log,
 // which can vote twice in a term; it is replaced as a new member instead.
 func (r *Reconciler) claimLost(ctx context.Context, s *state) bool {
@@ -55,6 +55,13 @@ func (r *Reconciler) claimLost(ctx context.Context, s *state) bool {
 	// the API server, so that an edited label never reads as a lost claim.
 	err := r.APIReader.Get(ctx, key, pvc)
 	if (err == nil && pvc.DeletionTimestamp == nil) || (err != nil && !apierrors.IsNotFound(err)) {
+		return false
+	}
+	if err == nil && s.pod != nil && s.pod.DeletionTimestamp == nil {
+		// Being deleted, but held by its Pod (the claim's protection
+		// finalizer): the data is still there and etcd still runs on it.
+		// The member keeps serving and voting; the cluster controller
+		// replaces it, as a deleted member, before it lets it go.
 		return false
 	}
 	markLost(s, conditions.ReasonDataDirLost, fmt.Sprintf("its PersistentVolumeClaim %s was deleted, and its data with it", manifest.PVCName(m.Name)))
