@@ -24,9 +24,10 @@ import (
 //     as another cluster: nothing is changed.
 //  2. target: latch the token and the first target; adopt a changed spec at
 //     a boundary (target reached, or its deadline passed).
-//  3. recover: a recovery from quorum loss under way, or asked for by
-//     annotation (recover.go); it holds the later stages while the survivor
-//     restarts alone and the discarded members go.
+//  3. recover: a survivor's mark no recovery backs taken off; a recovery
+//     from quorum loss under way, or asked for by annotation (recover.go);
+//     it holds the later stages while the discarded members stop, the
+//     survivor restarts alone and the discarded members go.
 //  4. bootstrap: seed member, its first start, the cluster ID (or its
 //     recovery from the members when status lost it).
 //  5. finish: record the membership of a member etcd already added.

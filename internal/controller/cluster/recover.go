@@ -23,36 +23,50 @@ import (
 
 // Recovery from quorum loss: explicit, consented, never automatic.
 //
-// A cluster that lost quorum says so (Available=False, QuorumLost, naming the
-// members that are gone and since when) and does nothing else: etcd may come
-// back by itself, and only a person can decide that the members that are
-// gone will not. They ask through the annotation AnnotationRecover:
+// A cluster that lost quorum (quorumloss.go says exactly when: the members
+// say so, for quorumLossGrace) reports it (Available=False, QuorumLost,
+// naming the members that are gone and since when) and does nothing else:
+// etcd may come back by itself, and only a person can decide that the
+// members that are gone will not. They ask through the annotation
+// AnnotationRecover:
 //
-//   - "dry-run": the planner reports in status.recovery what it would do,
-//     and changes nothing else. The survivor is the voter with the highest
-//     applied index among the members whose etcd answers in this pass (a
-//     member's Status needs no quorum); every other member is discarded,
-//     with the last applied index the operator saw from it. The plan has a
-//     token, a hash of what it does, that changes whenever the plan does.
-//   - the token: the plan is made again from fresh facts, and carried out
-//     only if it is still the same plan and quorum is still lost.
+//   - "dry-run": the planner records in status.recovery the plan it would
+//     carry out (phase Planned), and changes nothing else. The survivor is
+//     the voter with the highest applied index among the members whose
+//     etcd answers in this pass (a member's Status needs no quorum); every
+//     other member is discarded, with the last applied index the operator
+//     saw from it (status.lastReports keeps those past a restart). The
+//     plan has a token, a hash of what it does and when it was made, good
+//     until its expiry (tokenValidity).
+//   - the token: carried out only if it is the recorded Planned plan's,
+//     before its expiry, the plan made again from fresh facts is the same,
+//     and quorum is still lost. Any other answer replaces the Planned
+//     record, and a plan made again has a new token: a token is spent once.
 //
 // Carrying it out, each step persisted before the next acts, and each step
 // found again from the facts after a crash:
 //
-//  1. ForcingNewCluster: the survivor's EtcdMember is marked (the annotation
+//  1. Fencing: the phase is written first; then the discarded members go
+//     dormant, one per pass, so their Pods stop and none can serve under
+//     the old membership. Until the survivor is marked, the consent taken
+//     back (or a leader named again) stops the recovery: the fenced members
+//     wake, the phase is Stopped, nothing is discarded.
+//  2. ForcingNewCluster: the survivor's EtcdMember is marked (the annotation
 //     AnnotationForceNewCluster, holding the token) and its Pod deleted;
-//     the member controller makes the new Pod with the annotation, which
-//     feeds ETCD_FORCE_NEW_CLUSTER. etcd restarts as the only member of the
-//     same cluster (same cluster ID, same member ID, all of its data).
-//  2. Once the survivor leads alone (its own fresh report, and etcd's
+//     the member controller makes the new Pod with the mark, which feeds
+//     ETCD_FORCE_NEW_CLUSTER, only while this record backs it
+//     (manifest.ForceAuthorized). etcd restarts as the only member of the
+//     same cluster (same cluster ID, same member ID, all of its data). A
+//     mark no record backs is taken off at once (forceUnauthorized).
+//  3. Once the survivor leads alone (its own fresh report, and etcd's
 //     membership listing it only), the mark comes off the Pod and the
 //     member: no later restart of its container forces again. Nothing joins
 //     before that.
-//  3. RemovingLost: the discarded EtcdMembers are deleted (their Pods and
-//     volumes go with them); etcd no longer lists them, so their finalizers
-//     are released without a call to etcd.
-//  4. Regrowing: the normal planner grows the cluster back to its size, one
+//  4. RemovingLost: the discarded EtcdMembers are deleted; their claims are
+//     kept (released and labelled) unless the plan deletes them; etcd no
+//     longer lists them, so their finalizers are released without a call
+//     to etcd.
+//  5. Regrowing: the normal planner grows the cluster back to its size, one
 //     learner at a time; Completed once the target is reached.
 
 // seenCache keeps the last report each member's etcd gave this operator
