@@ -132,7 +132,7 @@ func TestClusterDeletionGuardValues(t *testing.T) {
 // TestDeletionGuardsNeedKubernetes130 installs the chart on a cluster
 // older than the guards' API (ValidatingAdmissionPolicy is v1 from 1.30):
 // the install is refused, naming each guard still on, rather than failing
-// half-way on an unknown kind, and goes through with both turned off.
+// half-way on an unknown kind, and goes through with every guard off.
 func TestDeletionGuardsNeedKubernetes130(t *testing.T) {
 	off := map[string]any{"enabled": false}
 	for _, tc := range []struct {
@@ -159,9 +159,9 @@ func TestDeletionGuardsNeedKubernetes130(t *testing.T) {
 			t.Errorf("%s: the refusal names %s, which is off: %v", tc.name, tc.absent, err)
 		}
 	}
-	objs, err := tools.RenderChartFor("1.29.8", "eo", "ops", map[string]any{"memberDeletionProtection": off, "clusterDeletionProtection": off})
+	objs, err := tools.RenderChartFor("1.29.8", "eo", "ops", map[string]any{"memberDeletionProtection": off, "clusterDeletionProtection": off, "survivorMarkProtection": off})
 	if err != nil {
-		t.Fatalf("with both guards off the chart should install on 1.29: %v", err)
+		t.Fatalf("with every guard off the chart should install on 1.29: %v", err)
 	}
 	for _, obj := range objs {
 		if strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy") {

@@ -38,9 +38,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{- /*
-The deletion guards are ValidatingAdmissionPolicies, admissionregistration.k8s.io/v1
-from Kubernetes 1.30. On an older API server the install is refused, naming
-each guard still on, rather than failing half-way on an unknown kind.
+The admission guards (the two deletion guards and the survivor mark's) are
+ValidatingAdmissionPolicies, admissionregistration.k8s.io/v1 from Kubernetes
+1.30. On an older API server the install is refused, naming each guard
+still on, rather than failing half-way on an unknown kind.
 */}}
 {{- define "etcd-operator.requireAdmissionPolicies" -}}
 {{- if semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version }}
@@ -51,6 +52,9 @@ each guard still on, rather than failing half-way on an unknown kind.
 {{- if .Values.clusterDeletionProtection.enabled }}
 {{- $on = append $on "clusterDeletionProtection.enabled=false" }}
 {{- end }}
-{{- fail (printf "the deletion guards are ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1), which Kubernetes has from 1.30; this cluster runs %s. Upgrade Kubernetes, or install with --set %s (nothing then stops a user deleting an EtcdMember, which removes the member and releases its data volume, or an EtcdCluster, which deletes every member's data volume)" .Capabilities.KubeVersion.Version (join " --set " $on)) }}
+{{- if .Values.survivorMarkProtection.enabled }}
+{{- $on = append $on "survivorMarkProtection.enabled=false" }}
+{{- end }}
+{{- fail (printf "the admission guards are ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1), which Kubernetes has from 1.30; this cluster runs %s. Upgrade Kubernetes, or install with --set %s (nothing then stops a user deleting an EtcdMember, which removes the member and releases its data volume, or an EtcdCluster, which deletes every member's data volume, or setting the survivor mark of a recovery on an EtcdMember, which the operator's own check alone then keeps from restarting it with --force-new-cluster)" .Capabilities.KubeVersion.Version (join " --set " $on)) }}
 {{- end }}
 {{- end }}
