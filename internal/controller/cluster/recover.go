@@ -508,12 +508,7 @@ func (pl *planner) recover() bool {
 		case v1alpha2.RecoveryRemovingLost:
 			return pl.removeDiscarded(rec)
 		case v1alpha2.RecoveryRebootstrapping:
-			if w.cluster.Status.ClusterID != "" {
-				next := withPhase(rec, v1alpha2.RecoveryRegrowing, fmt.Sprintf("Growing back to %d members from %s", w.desired(), origin(rec)))
-				pl.setRecovery(next)
-			}
-			// The bootstrap stage makes the seed, restoring the snapshot.
-			return false
+			return pl.rebootstrapping(rec)
 		case v1alpha2.RecoveryRegrowing:
 			pl.regrowing(rec)
 			return false
@@ -573,10 +568,10 @@ func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
 			pl.setRecovery(nil)
 		}
 		return false
-	case w.cluster.Status.ClusterID == "":
+	case w.cluster.Status.ClusterID == "" && restoreFailedSeed(w) == nil:
 		pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryRefused, Request: req, Message: "The cluster never formed: there is nothing to recover"})
 		return false
-	case !quorumLost(w):
+	case !quorumLost(w) && restoreFailedSeed(w) == nil:
 		if !settled {
 			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req, Message: notNeededMessage(w, req)})
 		}
@@ -807,6 +802,46 @@ func (pl *planner) removeEveryMember(rec *v1alpha2.RecoveryStatus) bool {
 // keeps reports whether the recovery keeps the member's claim.
 func keeps(rec *v1alpha2.RecoveryStatus, m *v1alpha2.EtcdMember) bool {
 	return slices.Contains(rec.KeptClaims, manifest.PVCName(m.Name))
+}
+
+// rebootstrapping follows a rebuild from a snapshot: the bootstrap stage
+// makes the seed, restoring the snapshot, and the cluster regrows once it
+// formed. A restore that failed is reported with what to do; naming
+// another snapshot (or the same, after fixing what failed) with a new dry
+// run plans a rebuild from it, which retires the failed seed first.
+func (pl *planner) rebootstrapping(rec *v1alpha2.RecoveryStatus) bool {
+	w := pl.w
+	if w.cluster.Status.ClusterID != "" {
+		pl.setRecovery(withPhase(rec, v1alpha2.RecoveryRegrowing, fmt.Sprintf("Growing back to %d members from %s", w.desired(), origin(rec))))
+		return false
+	}
+	seed := restoreFailedSeed(w)
+	if seed == nil {
+		return false
+	}
+	if req := w.cluster.Annotations[manifest.AnnotationRecover]; req != rec.Token && req != "" {
+		return pl.answerRequest(rec)
+	}
+	c := conditions.Get(seed.Status.Conditions, conditions.Ready)
+	pl.setRecovery(withPhase(rec, v1alpha2.RecoveryRebootstrapping, fmt.Sprintf(
+		"The restore of %s into seed member %s failed: %s. To rebuild from another snapshot, name it in the annotation %s and set %s=%s to plan it",
+		origin(rec), seed.Name, c.Message, manifest.AnnotationRecoverFromSnapshot, manifest.AnnotationRecover, manifest.RecoverDryRun)))
+	return false
+}
+
+// restoreFailedSeed is the seed of a cluster that never formed whose
+// restore of a snapshot failed, or nil.
+func restoreFailedSeed(w *world) *v1alpha2.EtcdMember {
+	if w.cluster.Status.ClusterID != "" {
+		return nil
+	}
+	for _, m := range w.members {
+		c := conditions.Get(m.Status.Conditions, conditions.Ready)
+		if m.Spec.Restore != nil && !deleting(m) && c != nil && c.Reason == conditions.ReasonRestoreFailed {
+			return m
+		}
+	}
+	return nil
 }
 
 // regrowing completes the recovery once the target is reached again.

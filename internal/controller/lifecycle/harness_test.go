@@ -75,6 +75,10 @@ type harness struct {
 	crashed   bool
 	uids      int
 
+	// restoreFails makes every restore from a source whose rendering
+	// holds it fail in its init container, as the agent fails on a
+	// snapshot etcdutl refuses.
+	restoreFails string
 	// broken names Pods whose etcd the kubelet will not start; with
 	// breakAll it starts none that is not running already.
 	broken   map[string]bool

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/url"
@@ -172,6 +173,15 @@ func (h *harness) runPod(p *corev1.Pod) {
 		return
 	}
 	p.Status.InitContainerStatuses = nil
+	if h.restoreFails != "" && restores(p) && strings.Contains(restoreSource(h.memberNamed(p.Name)), h.restoreFails) {
+		// The restore agent fails, as on a snapshot etcdutl refuses; the
+		// kubelet retries the init container in back-off.
+		p.Status.Phase = corev1.PodPending
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: manifest.RestoreContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "the snapshot file is damaged"}}}}
+		setPodCondition(p, corev1.PodReady, corev1.ConditionFalse, "")
+		return
+	}
 	running, hasLeader := h.etcd.Running(peer)
 	if secret := h.missingSecret(p); !running && secret != "" {
 		// The kubelet cannot mount it: the Pod waits, as a real one does.
@@ -574,4 +584,13 @@ func (h *harness) pods() []string {
 // restores reports whether the Pod restores a snapshot before etcd starts.
 func restores(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == manifest.RestoreContainer })
+}
+
+// restoreSource renders what a member restores from, for matching.
+func restoreSource(m *v1alpha2.EtcdMember) string {
+	if m == nil || m.Spec.Restore == nil {
+		return ""
+	}
+	b, _ := json.Marshal(m.Spec.Restore)
+	return string(b)
 }

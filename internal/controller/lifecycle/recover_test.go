@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -403,5 +404,64 @@ func TestRecoveryStopsWhenConsentIsTakenBack(t *testing.T) {
 	}
 	if got := len(h.members("c")); got != members {
 		t.Errorf("%d members, had %d", got, members)
+	}
+}
+
+// Claim 5 of issue 41: a rebuild from a snapshot whose restore fails left
+// the cluster without members for good. The failure is reported with what
+// to do, and a rebuild from another snapshot retires the failed seed and
+// completes.
+func TestFailedRestoreIsRetriedFromAnotherSnapshot(t *testing.T) {
+	h := newHarness(t)
+	h.createCluster("c", 3)
+	h.run("3", h.converged("c", 3))
+	for _, name := range []string{"bad", "good"} {
+		snap := &v1alpha2.EtcdSnapshot{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("uid-" + name)},
+			Spec: v1alpha2.EtcdSnapshotSpec{ClusterRef: corev1.LocalObjectReference{Name: "c"},
+				Destination: v1alpha2.SnapshotLocation{PVC: &v1alpha2.PVCLocation{ClaimName: "backups"}}},
+			Status: v1alpha2.EtcdSnapshotStatus{Phase: v1alpha2.SnapshotComplete,
+				Artifact: &v1alpha2.SnapshotArtifact{URI: "file:///snapshot/data/c/" + name + ".db", Revision: 7, EtcdVersion: "3.6.16"}},
+		}
+		if err := h.raw.Create(context.Background(), snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.loseQuorum("c")
+	h.run("quorum loss reported", func() bool {
+		c := conditions.Get(h.getCluster("c").Status.Conditions, conditions.Available)
+		return c != nil && c.Reason == conditions.ReasonQuorumLost
+	})
+	consentTo := func(snapshot string) {
+		c := h.getCluster("c")
+		patch := client.MergeFrom(c.DeepCopy())
+		c.Annotations = map[string]string{manifest.AnnotationRecoverFromSnapshot: snapshot, manifest.AnnotationRecover: manifest.RecoverDryRun}
+		if err := h.raw.Patch(context.Background(), c, patch); err != nil {
+			t.Fatal(err)
+		}
+		h.run("planned from "+snapshot, func() bool {
+			r := h.recovery("c")
+			return r != nil && r.Phase == v1alpha2.RecoveryPlanned && r.Snapshot == snapshot
+		})
+		h.annotateRecover("c", h.recovery("c").Token)
+	}
+	h.restoreFails = "bad.db"
+	consentTo("bad")
+	h.run("the failed restore reported", func() bool {
+		r := h.recovery("c")
+		return r != nil && r.Phase == v1alpha2.RecoveryRebootstrapping && strings.Contains(r.Message, "failed") &&
+			strings.Contains(r.Message, manifest.AnnotationRecoverFromSnapshot)
+	})
+	failedSeed := h.members("c")
+	if len(failedSeed) != 1 {
+		t.Fatalf("members during the failed restore: %d", len(failedSeed))
+	}
+	consentTo("good")
+	h.run("recovered", func() bool {
+		r := h.recovery("c")
+		return r != nil && r.Phase == v1alpha2.RecoveryCompleted && r.Snapshot == "good" && h.converged("c", 3)()
+	})
+	if h.memberNamed(failedSeed[0].Name) != nil {
+		t.Error("the failed seed was not retired")
 	}
 }
