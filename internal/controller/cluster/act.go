@@ -97,14 +97,8 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return r.downgrade(ctx, w, c)
 	case enableAuth:
 		return r.turnOnAuth(ctx, w)
-	case forceNewCluster:
-		return outcome{err: r.forceNewCluster(ctx, w, c.member, c.message)}
-	case fence, unfence:
-		return outcome{err: r.fence(ctx, w, c.member, c.kind == fence, c.message)}
-	case discard:
-		return outcome{err: r.discard(ctx, w, c)}
-	case clearForce:
-		return outcome{err: r.clearForce(ctx, w, c.member, c.reason, c.message)}
+	case forceNewCluster, fence, unfence, discard, clearForce:
+		return outcome{err: r.actRecovery(ctx, w, c)}
 	}
 	return outcome{err: fmt.Errorf("unknown change %d", c.kind)}
 }

@@ -66,7 +66,7 @@ func noLeaderSince(w *world) *metav1.Time {
 	if !leaderlessNow(w) {
 		return nil
 	}
-	if since := w.cluster.Status.NoLeaderSince; since != nil && !since.Time.After(w.now) {
+	if since := w.cluster.Status.NoLeaderSince; since != nil && !since.After(w.now) {
 		return since
 	}
 	return &metav1.Time{Time: w.now.Truncate(time.Second)}

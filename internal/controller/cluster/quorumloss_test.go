@@ -72,22 +72,26 @@ func TestQuorumIsNotCalledLostWithoutTheMembersSayingSo(t *testing.T) {
 			w.cluster.Status.NoLeaderSince = nil
 		}), available: conditions.ReasonNoLeader},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if w := reported(tc.w); quorumLost(w) {
-				t.Fatal("called quorum-less")
-			}
-			w := tc.w
-			if c := conditions.Get(w.cluster.Status.Conditions, conditions.Available); c == nil || c.Reason != tc.available {
-				t.Errorf("Available %+v, want reason %s", c, tc.available)
-			}
-			if c := conditions.Get(w.cluster.Status.Conditions, conditions.Degraded); tc.degraded != "" && (c == nil || c.Reason != tc.degraded) {
-				t.Errorf("Degraded %+v, want reason %s", c, tc.degraded)
-			}
-			w.cluster.Annotations = map[string]string{manifest.AnnotationRecover: manifest.RecoverDryRun}
-			if p := decide(w); p.recovery == nil || p.recovery.Phase != v1alpha2.RecoveryNotNeeded || p.change != nil {
-				t.Errorf("a dry run answered %+v, change %+v", p.recovery, p.change)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkNotQuorumLoss(t, tc.w, tc.available, tc.degraded) })
+	}
+}
+
+// checkNotQuorumLoss: the world is not called quorum-less, reports the
+// reasons given, and a dry run on it is answered NotNeeded.
+func checkNotQuorumLoss(t *testing.T, w *world, available, degraded string) {
+	t.Helper()
+	if reported(w); quorumLost(w) {
+		t.Fatal("called quorum-less")
+	}
+	if c := conditions.Get(w.cluster.Status.Conditions, conditions.Available); c == nil || c.Reason != available {
+		t.Errorf("Available %+v, want reason %s", c, available)
+	}
+	if c := conditions.Get(w.cluster.Status.Conditions, conditions.Degraded); degraded != "" && (c == nil || c.Reason != degraded) {
+		t.Errorf("Degraded %+v, want reason %s", c, degraded)
+	}
+	w.cluster.Annotations = map[string]string{manifest.AnnotationRecover: manifest.RecoverDryRun}
+	if p := decide(w); p.recovery == nil || p.recovery.Phase != v1alpha2.RecoveryNotNeeded || p.change != nil {
+		t.Errorf("a dry run answered %+v, change %+v", p.recovery, p.change)
 	}
 }
 

@@ -573,7 +573,7 @@ func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
 		return false
 	case !quorumLost(w) && restoreFailedSeed(w) == nil:
 		if !settled {
-			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req, Message: notNeededMessage(w, req)})
+			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req, Message: notNeededMessage(req)})
 		}
 		return false
 	}
@@ -610,7 +610,7 @@ func currentPlan(w *world, rec *v1alpha2.RecoveryStatus) *v1alpha2.RecoveryStatu
 
 // notNeededMessage answers a request on a cluster with a quorum; the token
 // it may hold is void from then on (a later plan has another).
-func notNeededMessage(w *world, req string) string {
+func notNeededMessage(req string) string {
 	msg := "etcd has a leader and a quorum (or the cluster is paused, or no member has been leaderless for " + quorumLossGrace.String() + "): nothing to recover"
 	if req != manifest.RecoverDryRun {
 		msg += fmt.Sprintf("; the token %q is void and will never start a recovery", req)

@@ -21,6 +21,21 @@ import (
 // Each is idempotent: done twice, or begun again after a crash, it ends in
 // the same place.
 
+// actRecovery carries out the changes of a recovery from quorum loss.
+func (r *Reconciler) actRecovery(ctx context.Context, w *world, c *change) error {
+	switch c.kind {
+	case forceNewCluster:
+		return r.forceNewCluster(ctx, w, c.member, c.message)
+	case fence, unfence:
+		return r.fence(ctx, w, c.member, c.kind == fence, c.message)
+	case discard:
+		return r.discard(ctx, w, c)
+	case clearForce:
+		return r.clearForce(ctx, w, c.member, c.reason, c.message)
+	}
+	return fmt.Errorf("change %s is not a recovery's", c.kind)
+}
+
 // forceNewCluster marks the survivor with the plan's token and deletes its
 // Pod if that Pod was made without the mark; the member controller's new
 // Pod carries it and runs etcd with --force-new-cluster. The Pod is deleted,

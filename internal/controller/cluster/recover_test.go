@@ -109,8 +109,25 @@ func TestRecoveryConsented(t *testing.T) {
 	if p.change != nil || p.recovery.Phase != v1alpha2.RecoveryFencing || p.recovery.StartTime == nil {
 		t.Fatalf("consent made %+v, recovery %+v", p.change, p.recovery)
 	}
+	checkFencing(t, dry.recovery.Token, p.recovery)
+	// A plan consented to while the cluster got its quorum back is not
+	// carried out.
+	w := healthyWorld(3, func(w *world) {
+		w.cluster.Annotations = map[string]string{manifest.AnnotationRecover: dry.recovery.Token}
+		w.cluster.Status.Recovery = dry.recovery.DeepCopy()
+	})
+	if p := decide(w); p.change != nil && p.change.kind == forceNewCluster {
+		t.Error("a healthy cluster was forced")
+	}
+}
+
+// checkFencing follows a consented recovery through its fencing: the
+// discarded members stop one per pass, then the survivor is forced; taken
+// back, or a leader again, the fenced members wake and the recovery stops.
+func checkFencing(t *testing.T, token string, fencingRec *v1alpha2.RecoveryStatus) {
+	t.Helper()
 	fencing := func(mods ...func(*world)) *world {
-		return lostQuorumWorld(dry.recovery.Token, planned(p.recovery), func(w *world) {
+		return lostQuorumWorld(token, planned(fencingRec), func(w *world) {
 			for _, mod := range mods {
 				mod(w)
 			}
@@ -147,15 +164,6 @@ func TestRecoveryConsented(t *testing.T) {
 	leads := func(w *world) { w.etcd.status["m0"].Leader = 0x10 }
 	if q := decide(fencing(fenced, leads)); q.change == nil || q.change.kind != unfence {
 		t.Fatalf("a leader again: %+v", q.change)
-	}
-	// A plan consented to while the cluster got its quorum back is not
-	// carried out.
-	w := healthyWorld(3, func(w *world) {
-		w.cluster.Annotations = map[string]string{manifest.AnnotationRecover: dry.recovery.Token}
-		w.cluster.Status.Recovery = dry.recovery.DeepCopy()
-	})
-	if p := decide(w); p.change != nil && p.change.kind == forceNewCluster {
-		t.Error("a healthy cluster was forced")
 	}
 }
 
