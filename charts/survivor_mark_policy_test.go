@@ -38,14 +38,15 @@ func TestSurvivorMarkGuardByDefault(t *testing.T) {
 	if spec.FailurePolicy == nil || *spec.FailurePolicy != admissionv1.Fail {
 		t.Errorf("failurePolicy = %v, want Fail", spec.FailurePolicy)
 	}
-	wantRule := admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
-		Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
-		Rule: admissionv1.Rule{APIGroups: []string{"etcd-operator.cozystack.io"}, APIVersions: []string{"*"},
-			Resources: []string{"etcdmembers"}},
-	}}
-	if spec.MatchConstraints == nil || len(spec.MatchConstraints.ResourceRules) != 1 ||
-		!equality.Semantic.DeepEqual(spec.MatchConstraints.ResourceRules[0], wantRule) {
-		t.Errorf("matchConstraints = %+v, want CREATE and UPDATE of etcdmembers only, no subresource", spec.MatchConstraints)
+	rule := func(group, version, resource string) admissionv1.NamedRuleWithOperations {
+		return admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
+			Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+			Rule:       admissionv1.Rule{APIGroups: []string{group}, APIVersions: []string{version}, Resources: []string{resource}},
+		}}
+	}
+	want := []admissionv1.NamedRuleWithOperations{rule("etcd-operator.cozystack.io", "*", "etcdmembers"), rule("", "v1", "pods")}
+	if spec.MatchConstraints == nil || !equality.Semantic.DeepEqual(spec.MatchConstraints.ResourceRules, want) {
+		t.Errorf("matchConstraints = %+v, want CREATE and UPDATE of etcdmembers and pods only, no subresource", spec.MatchConstraints)
 	}
 	checkSetsTheMark(t, spec.MatchConditions)
 	if len(spec.Validations) != 1 || spec.Validations[0].Reason == nil || *spec.Validations[0].Reason != metav1.StatusReasonForbidden {

@@ -255,6 +255,13 @@ func checkMarkRefused(t *testing.T, m *unstructured.Unstructured, before string,
 // what to do instead.
 func checkMarkMessage(t *testing.T, err error, name string) {
 	t.Helper()
+	checkMarkMessageOf(t, err, "EtcdMember "+name)
+}
+
+// checkMarkMessageOf checks the refusal as checkMarkMessage does, for the
+// object it names ("Kind name").
+func checkMarkMessageOf(t *testing.T, err error, object string) {
+	t.Helper()
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) || status.Status().Reason != metav1.StatusReasonForbidden {
 		t.Fatalf("got %v, want Forbidden", err)
@@ -262,7 +269,7 @@ func checkMarkMessage(t *testing.T, err error, name string) {
 	msg := err.Error()
 	for _, want := range []string{
 		fmt.Sprintf("ValidatingAdmissionPolicy '%s'", markGuardPolicy),
-		"EtcdMember " + name,
+		object,
 		manifest.AnnotationForceNewCluster,
 		"--force-new-cluster as the only member",
 		"Only the operator sets it",
