@@ -30,7 +30,9 @@ var podMarkCases = []podMarkCase{
 }
 
 func setPodMark(value string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { metav1.SetMetaDataAnnotation(&p.ObjectMeta, manifest.AnnotationForceNewCluster, value) }
+	return func(p *corev1.Pod) {
+		metav1.SetMetaDataAnnotation(&p.ObjectMeta, manifest.AnnotationForceNewCluster, value)
+	}
 }
 
 func removePodMark(p *corev1.Pod) { delete(p.Annotations, manifest.AnnotationForceNewCluster) }
