@@ -261,3 +261,20 @@ func TestLastReportsOutliveTheOperator(t *testing.T) {
 		t.Errorf("with a leader named: %+v", got)
 	}
 }
+
+// Claim 6 of issue 41 (its second half): a survivor that does not come up
+// leaves the recovery waiting, and the record says, after a while, what is
+// left and what to do.
+func TestStuckSurvivorIsReported(t *testing.T) {
+	dry := decide(lostQuorumWorld(manifest.RecoverDryRun)).recovery
+	forcing := withPhase(dry, v1alpha2.RecoveryForcingNewCluster, "")
+	forcing.StartTime = &metav1.Time{Time: t0.Add(-survivorPatience - time.Minute)}
+	w := lostQuorumWorld(dry.Token, planned(forcing), func(w *world) {
+		member(w, "m0").Annotations = map[string]string{manifest.AnnotationForceNewCluster: dry.Token}
+		w.pods["m0"].Annotations[manifest.AnnotationForceNewCluster] = "true"
+	})
+	p := decide(w)
+	if p.change != nil || p.recovery.Phase != v1alpha2.RecoveryForcingNewCluster || !strings.Contains(p.recovery.Message, "nothing has been deleted yet") {
+		t.Errorf("%+v, change %+v", p.recovery, p.change)
+	}
+}

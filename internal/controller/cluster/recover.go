@@ -738,9 +738,20 @@ func (pl *planner) forcing(s *v1alpha2.EtcdMember, rec *v1alpha2.RecoveryStatus)
 		pl.working(conditions.ReasonRecoveringQuorum, "Restarting survivor %s with --force-new-cluster", s.Name)
 		return pl.act(&change{kind: forceNewCluster, member: s, message: s.Annotations[manifest.AnnotationForceNewCluster]})
 	}
-	pl.setRecovery(withPhase(rec, v1alpha2.RecoveryForcingNewCluster, fmt.Sprintf("Waiting for %s to lead a one-member cluster", s.Name)))
-	return pl.wait(etcdRetry, conditions.ReasonRecoveringQuorum, "Waiting for survivor %s to lead a one-member cluster", s.Name)
+	msg := fmt.Sprintf("Waiting for %s to lead a one-member cluster", s.Name)
+	if rec.StartTime != nil && w.now.Sub(rec.StartTime.Time) > survivorPatience {
+		msg += fmt.Sprintf(" since %s: its Pod or etcd does not come up (see its Events and logs). The discarded members are stopped "+
+			"(dormant) with their data; nothing has been deleted yet. Fix what keeps the survivor's Pod from starting, and the recovery goes on",
+			rec.StartTime.UTC().Format(time.RFC3339))
+	}
+	pl.setRecovery(withPhase(rec, v1alpha2.RecoveryForcingNewCluster, msg))
+	return pl.wait(etcdRetry, conditions.ReasonRecoveringQuorum, "%s", msg)
 }
+
+// survivorPatience is how long a survivor may take to lead alone before
+// the record says what is left and what to do: a Pod start and an etcd
+// start, many times over.
+const survivorPatience = 5 * time.Minute
 
 // removeDiscarded deletes the discarded members, one per pass, then lets
 // the normal planner grow the cluster back.
