@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
@@ -276,5 +277,21 @@ func TestStuckSurvivorIsReported(t *testing.T) {
 	p := decide(w)
 	if p.change != nil || p.recovery.Phase != v1alpha2.RecoveryForcingNewCluster || !strings.Contains(p.recovery.Message, "nothing has been deleted yet") {
 		t.Errorf("%+v, change %+v", p.recovery, p.change)
+	}
+}
+
+// While the cluster stays leaderless, a member that answers applies
+// nothing, and its kept report does not change from pass to pass: a pass
+// writes no status (a write would wake the next pass at once).
+func TestLastReportsAreStableWhileLeaderless(t *testing.T) {
+	first := lostQuorumWorld(manifest.RecoverDryRun, func(w *world) { w.seen["m0"] = seenReport{applied: 1000, at: t0} })
+	kept := lastReports(first)
+	later := lostQuorumWorld(manifest.RecoverDryRun, func(w *world) {
+		w.now = t0.Add(time.Minute)
+		w.seen["m0"] = seenReport{applied: 1000, at: w.now}
+		w.cluster.Status.LastReports = kept
+	})
+	if got := lastReports(later); !equality.Semantic.DeepEqual(got, kept) {
+		t.Errorf("a pass a minute later keeps %+v, had %+v", got, kept)
 	}
 }

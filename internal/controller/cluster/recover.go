@@ -132,9 +132,18 @@ func lastReports(w *world) []v1alpha2.MemberReport {
 	seen := withRecorded(maps.Clone(w.seen), w.cluster.Status.LastReports)
 	var out []v1alpha2.MemberReport
 	for _, m := range w.members {
-		if r, ok := seen[m.Name]; ok {
-			out = append(out, v1alpha2.MemberReport{Name: m.Name, AppliedIndex: int64(r.applied), Time: metav1.Time{Time: r.at.Truncate(time.Second)}})
+		r, ok := seen[m.Name]
+		if !ok {
+			continue
 		}
+		report := v1alpha2.MemberReport{Name: m.Name, AppliedIndex: int64(r.applied), Time: metav1.Time{Time: r.at.Truncate(time.Second)}}
+		// A member answering without a leader applies nothing: its report
+		// keeps the time it was first recorded, so passes write no status.
+		if i := slices.IndexFunc(w.cluster.Status.LastReports, func(k v1alpha2.MemberReport) bool { return k.Name == m.Name }); i >= 0 &&
+			w.cluster.Status.LastReports[i].AppliedIndex == report.AppliedIndex {
+			report.Time = w.cluster.Status.LastReports[i].Time
+		}
+		out = append(out, report)
 	}
 	slices.SortFunc(out, func(a, b v1alpha2.MemberReport) int { return strings.Compare(a.Name, b.Name) })
 	return out
