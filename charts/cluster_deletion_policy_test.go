@@ -23,20 +23,8 @@ const namespaceController = "system:serviceaccount:kube-system:namespace-control
 // operator through.
 func TestClusterDeletionGuardByDefault(t *testing.T) {
 	g := renderGuardOf(t, "-protect-clusters", nil)
-	if g.policy == nil || g.binding == nil {
-		t.Fatalf("rendered policy %v and binding %v, want both", g.policy != nil, g.binding != nil)
-	}
-	const name = "eo-etcd-operator-protect-clusters"
-	if g.policy.Name != name || g.binding.Name != name || g.binding.Spec.PolicyName != name {
-		t.Errorf("names: policy %q, binding %q pointing at %q; want %q for all", g.policy.Name, g.binding.Name, g.binding.Spec.PolicyName, name)
-	}
-	if g.policy.Labels["app.kubernetes.io/instance"] != "eo" || g.binding.Labels["app.kubernetes.io/name"] != "etcd-operator" {
-		t.Errorf("the chart's labels are missing: %v, %v", g.policy.Labels, g.binding.Labels)
-	}
+	g.checkRendered(t, "eo-etcd-operator-protect-clusters")
 	spec := g.policy.Spec
-	if spec.FailurePolicy == nil || *spec.FailurePolicy != admissionv1.Fail {
-		t.Errorf("failurePolicy = %v, want Fail", spec.FailurePolicy)
-	}
 	wantRule := admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
 		Operations: []admissionv1.OperationType{admissionv1.Delete},
 		Rule: admissionv1.Rule{APIGroups: []string{"etcd-operator.cozystack.io"}, APIVersions: []string{"*"},

@@ -24,20 +24,8 @@ const chartOperator = "system:serviceaccount:ops:eo-etcd-operator"
 // subresources), and asks nothing of a request that does not set it.
 func TestSurvivorMarkGuardByDefault(t *testing.T) {
 	g := renderGuardOf(t, "-protect-survivor-mark", nil)
-	if g.policy == nil || g.binding == nil {
-		t.Fatalf("rendered policy %v and binding %v, want both", g.policy != nil, g.binding != nil)
-	}
-	const name = "eo-etcd-operator-protect-survivor-mark"
-	if g.policy.Name != name || g.binding.Name != name || g.binding.Spec.PolicyName != name {
-		t.Errorf("names: policy %q, binding %q pointing at %q; want %q for all", g.policy.Name, g.binding.Name, g.binding.Spec.PolicyName, name)
-	}
-	if g.policy.Labels["app.kubernetes.io/instance"] != "eo" || g.binding.Labels["app.kubernetes.io/name"] != "etcd-operator" {
-		t.Errorf("the chart's labels are missing: %v, %v", g.policy.Labels, g.binding.Labels)
-	}
+	g.checkRendered(t, "eo-etcd-operator-protect-survivor-mark")
 	spec := g.policy.Spec
-	if spec.FailurePolicy == nil || *spec.FailurePolicy != admissionv1.Fail {
-		t.Errorf("failurePolicy = %v, want Fail", spec.FailurePolicy)
-	}
 	rule := func(group, version, resource string) admissionv1.NamedRuleWithOperations {
 		return admissionv1.NamedRuleWithOperations{RuleWithOperations: admissionv1.RuleWithOperations{
 			Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
