@@ -632,12 +632,14 @@ func notNeededMessage(req string) string {
 func (pl *planner) startRecovery(plan *v1alpha2.RecoveryStatus) bool {
 	w := pl.w
 	plan.StartTime = &metav1.Time{Time: w.now.Truncate(time.Second)}
+	// The phase is written before any member is touched: every later step
+	// is found again from it, and a plan made again from members half
+	// deleted never replaces the one consented to.
 	if plan.Snapshot != "" {
 		plan.Phase, plan.Message = v1alpha2.RecoveryRemovingLost, "Deleting every member, to rebuild the cluster from "+origin(plan)
-		return pl.removeDiscarded(plan)
+		pl.setRecovery(plan)
+		return pl.wait(0, conditions.ReasonRecoveringQuorum, "%s", plan.Message)
 	}
-	// The phase is written before any member is touched: every later step
-	// is found again from it.
 	plan.Phase = v1alpha2.RecoveryFencing
 	plan.Message = fmt.Sprintf("Stopping %s before restarting %s alone; removing the annotation %s now stops the recovery",
 		orNone(discardedNames(plan)), plan.Survivor.Name, manifest.AnnotationRecover)
