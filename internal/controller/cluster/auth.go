@@ -70,7 +70,7 @@ func (pl *planner) enableAuth() bool {
 		return false
 	}
 	pl.working(conditions.ReasonEnablingAuth, "Enabling etcd authentication")
-	return pl.act(&change{kind: enableAuth})
+	return pl.choose(&change{kind: enableAuth})
 }
 
 // turnOnAuth records the password etcd is about to have, then creates root

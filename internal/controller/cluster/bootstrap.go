@@ -38,10 +38,10 @@ func (pl *planner) bootstrap() bool {
 		return true
 	case seed == nil:
 		pl.working(conditions.ReasonWaitingForSeed, "Creating the seed member")
-		return pl.act(&change{kind: createSeed})
+		return pl.choose(&change{kind: createSeed})
 	case seed.Spec.InitialCluster == "" || !seed.Status.IsVoter:
 		pl.working(conditions.ReasonWaitingForSeed, "Starting seed member %s", seed.Name)
-		return pl.act(&change{kind: completeSeed, member: seed,
+		return pl.choose(&change{kind: completeSeed, member: seed,
 			initial: manifest.InitialCluster(map[string]string{seed.Name: manifest.PeerURL(seed)})})
 	}
 	return pl.discover(seed)
@@ -76,7 +76,7 @@ func (pl *planner) discover(seed *v1alpha2.EtcdMember) bool {
 	next.ClusterID = etcd.FormatID(list.ClusterID)
 	// The cluster ID is written before any member joins: discovery only
 	// trusts a seed that is alone.
-	return pl.act(&change{kind: latchStatus, status: next, reason: conditions.ReasonClusterDiscovered,
+	return pl.choose(&change{kind: latchStatus, status: next, reason: conditions.ReasonClusterDiscovered,
 		message: fmt.Sprintf("Cluster %s formed from seed %s", next.ClusterID, seed.Name)})
 }
 
@@ -101,7 +101,7 @@ func (pl *planner) recoverClusterID() bool {
 	if !w.etcd.asked {
 		if dormant := w.dormant(); len(dormant) > 0 && w.desired() > 0 {
 			pl.working(conditions.ReasonResuming, "Resuming dormant member %s", dormant[0].Name)
-			return pl.act(&change{kind: wake, member: dormant[0]})
+			return pl.choose(&change{kind: wake, member: dormant[0]})
 		}
 		pl.working(conditions.ReasonWaitingForMembers, "The cluster ID is not in status; waiting for a member to run to recover it from")
 		return true
@@ -119,7 +119,7 @@ func (pl *planner) recoverClusterID() bool {
 	}
 	next := w.cluster.Status.DeepCopy()
 	next.ClusterID = etcd.FormatID(list.ClusterID)
-	return pl.act(&change{kind: latchStatus, status: next, reason: "ClusterIDRecovered",
+	return pl.choose(&change{kind: latchStatus, status: next, reason: "ClusterIDRecovered",
 		message: fmt.Sprintf("Recovered cluster ID %s from the members: it was missing from status", next.ClusterID)})
 }
 

@@ -38,7 +38,7 @@ import (
 // counts as healthy when its /health, asked in the same pass, says it
 // knows a leader and a linearizable read through it succeeded: etcd's own
 // proof that it follows the leader in its term and has applied what the
-// leader committed. It is never dialled (healthyVoters), it is not in
+// leader committed. It is never dialled (dialVoters), it is not in
 // readyMembers, and it joins the client Service only once it answers (the
 // member controller's voter label). A member that answered once and then
 // stopped answering gets no such exception, nor does one whose etcd has run

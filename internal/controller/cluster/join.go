@@ -29,7 +29,7 @@ func (pl *planner) recordJoined() bool {
 	}
 	for _, m := range w.pending() {
 		if !m.Spec.Bootstrap && w.etcdMemberOf(m) != nil {
-			return pl.act(&change{kind: recordJoined, member: m, initial: initialClusterFor(w, m)})
+			return pl.choose(&change{kind: recordJoined, member: m, initial: initialClusterFor(w, m)})
 		}
 	}
 	return false
@@ -53,7 +53,7 @@ func (pl *planner) addPending() bool {
 		if prepared := m.Annotations[manifest.AnnotationJoinCluster]; prepared != "" && w.joinGate {
 			if prepared != joinClusterFor(w, m) {
 				pl.working(conditions.ReasonReplacingMember, "Replacing member %s: etcd's membership changed since it was prepared to join", m.Name)
-				return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+				return pl.choose(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
 					message: "Replacing member " + m.Name + ": etcd's membership changed since it was prepared to join"})
 			}
 			if !published(w, m) {
@@ -68,7 +68,7 @@ func (pl *planner) addPending() bool {
 			return false
 		}
 		pl.working(conditions.ReasonScalingUp, "Adding member %s", m.Name)
-		return pl.act(&change{kind: addLearner, member: m})
+		return pl.choose(&change{kind: addLearner, member: m})
 	}
 	return false
 }
@@ -114,7 +114,7 @@ func (pl *planner) promoteLearner() bool {
 		return false
 	}
 	pl.working(conditions.ReasonPromotingLearner, "Promoting learner %s", m.Name)
-	return pl.act(&change{kind: promote, member: m, etcdID: em.ID})
+	return pl.choose(&change{kind: promote, member: m, etcdID: em.ID})
 }
 
 // joinTarget is what a new or replacement member is made from: the latched

@@ -210,8 +210,8 @@ func decide(w *world) plan {
 	return pl.p
 }
 
-// act chooses a change and completes the plan.
-func (pl *planner) act(c *change) bool {
+// choose chooses a change and completes the plan (r.act carries it out).
+func (pl *planner) choose(c *change) bool {
 	pl.p.change = c
 	return true
 }

@@ -526,7 +526,7 @@ func TestPlanJoinsBeforeTheMemberServes(t *testing.T) {
 				if !w.healthy(member(w, "m2")) {
 					t.Error("m2 does not count as healthy")
 				}
-				for _, m := range healthyVoters(w) {
+				for _, m := range dialVoters(w) {
 					if m.Name == "m2" {
 						t.Error("m2 would be dialled")
 					}

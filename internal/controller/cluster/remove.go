@@ -45,7 +45,7 @@ func (pl *planner) removeLeaving() bool {
 		em := w.etcdMemberOf(m)
 		if em == nil {
 			// Never added, or already removed: nothing to change in etcd.
-			return pl.act(&change{kind: release, member: m, message: "it is not a member of etcd"})
+			return pl.choose(&change{kind: release, member: m, message: "it is not a member of etcd"})
 		}
 		if why := pl.mustStay(m); why != "" {
 			pl.working(conditions.ReasonReplacingMember, "%s", why)
@@ -56,7 +56,7 @@ func (pl *planner) removeLeaving() bool {
 			continue
 		}
 		pl.working(conditions.ReasonScalingDown, "Removing member %s from etcd", m.Name)
-		return pl.act(withRemoval(w, &change{kind: removeFromEtcd, member: m}, em))
+		return pl.choose(withRemoval(w, &change{kind: removeFromEtcd, member: m}, em))
 	}
 	return false
 }
@@ -124,7 +124,7 @@ func (pl *planner) removeStrays() bool {
 			continue
 		}
 		pl.working(conditions.ReasonRemovingStray, "Removing etcd member %s that no EtcdMember accounts for", name)
-		return pl.act(&change{kind: removeStray, etcdID: em.ID, message: fmt.Sprintf("%s (%v)", name, em.PeerURLs)})
+		return pl.choose(&change{kind: removeStray, etcdID: em.ID, message: fmt.Sprintf("%s (%v)", name, em.PeerURLs)})
 	}
 	return false
 }

@@ -22,12 +22,12 @@ func (pl *planner) retireLost() bool {
 	}
 	if m := removedOutside(w); m != nil {
 		pl.working(conditions.ReasonReplacingMember, "Replacing member %s, which etcd no longer lists", m.Name)
-		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember, message: fmt.Sprintf(
+		return pl.choose(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember, message: fmt.Sprintf(
 			"Removing member %s to replace it: etcd no longer lists it (it was removed from etcd outside the operator) and it can never rejoin as itself", m.Name)})
 	}
 	if m := claimGoing(w); m != nil {
 		pl.working(conditions.ReasonReplacingMember, "Replacing member %s, whose claim is being deleted", m.Name)
-		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember, message: fmt.Sprintf(
+		return pl.choose(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember, message: fmt.Sprintf(
 			"Replacing member %s: its claim %s is being deleted. It keeps serving and voting on the volume its Pod holds until its replacement is a healthy voter",
 			m.Name, manifest.PVCName(m.Name))})
 	}
@@ -40,7 +40,7 @@ func (pl *planner) retireLost() bool {
 		}
 		pl.working(conditions.ReasonReplacingMember, "Replacing lost member %s", m.Name)
 		why := conditions.Get(m.Status.Conditions, conditions.Lost)
-		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+		return pl.choose(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
 			message: fmt.Sprintf("Removing lost member %s to replace it (%s: %s)", m.Name, why.Reason, why.Message)})
 	}
 	return false
@@ -104,7 +104,7 @@ func (pl *planner) retireStuckJoiners() bool {
 		}
 		if !manifest.UpToDate(m, join) {
 			pl.working(conditions.ReasonReplacingMember, "Replacing member %s, which never joined and was made for an earlier target", m.Name)
-			return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+			return pl.choose(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
 				message: fmt.Sprintf("Removing member %s: it never became a ready voter and the target changed since it was made", m.Name)})
 		}
 		limit := time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second
@@ -114,7 +114,7 @@ func (pl *planner) retireStuckJoiners() bool {
 			if c := conditions.Get(m.Status.Conditions, conditions.Ready); c != nil {
 				why = c.Message
 			}
-			return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
+			return pl.choose(&change{kind: deleteMember, member: m, reason: conditions.ReasonReplacingMember,
 				message: fmt.Sprintf("Removing member %s: it did not start within %s (%s)", m.Name, limit, why)})
 		}
 	}

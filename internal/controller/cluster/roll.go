@@ -45,7 +45,7 @@ func (pl *planner) cancelStaleDowngrade() bool {
 		return false
 	}
 	pl.working(conditions.ReasonRollingOut, "Cancelling etcd's downgrade to %s: the target is now %s", minorOf(dt), w.cluster.Status.Observed.Version)
-	return pl.act(&change{kind: cancelDowngrade, version: dt})
+	return pl.choose(&change{kind: cancelDowngrade, version: dt})
 }
 
 // rollOut makes one roll-out step, when the membership is otherwise settled.
@@ -84,7 +84,7 @@ func (pl *planner) rollOut() bool {
 			pl.refuse(m, "rolling %s waits: %s", m.Name, d.Reason)
 			return true
 		}
-		return pl.act(&change{kind: deleteMember, member: m, reason: conditions.ReasonRollingOut,
+		return pl.choose(&change{kind: deleteMember, member: m, reason: conditions.ReasonRollingOut,
 			message: fmt.Sprintf("Replacing memory-backed member %s to roll out the new target", m.Name)})
 	}
 	if d := quorum.Restart(w.voters(), m.Name); !d.OK {
@@ -95,7 +95,7 @@ func (pl *planner) rollOut() bool {
 	if w.leaderMember() == m {
 		c.handOver = transferee(w, m)
 	}
-	return pl.act(c)
+	return pl.choose(c)
 }
 
 // downAndOutdated is the only member that is not healthy, when it is also
@@ -142,7 +142,7 @@ func (pl *planner) finishRoll() bool {
 	if lr := w.cluster.Status.LastRollOut; lr != nil && lr.CompletionTime == nil {
 		next := w.cluster.Status.DeepCopy()
 		next.LastRollOut.CompletionTime = &metav1.Time{Time: w.now}
-		return pl.act(&change{kind: latchStatus, status: next, reason: conditions.ReasonRollingOut,
+		return pl.choose(&change{kind: latchStatus, status: next, reason: conditions.ReasonRollingOut,
 			message: fmt.Sprintf("Roll-out complete: %d members restarted (%s)", len(lr.Restarted), lr.Message)})
 	}
 	target, err := version.Parse(w.cluster.Status.Observed.Version)
@@ -280,7 +280,7 @@ func (pl *planner) versionGate() bool {
 		return true
 	case plan.Kind == version.MinorDown && !downgrading:
 		pl.working(conditions.ReasonRollingOut, "Enabling etcd's downgrade to %s", target.MinorString())
-		return pl.act(&change{kind: enableDowngrade, version: target.String()})
+		return pl.choose(&change{kind: enableDowngrade, version: target.String()})
 	case plan.Kind == version.MinorDown && cluster != target.MinorString():
 		// etcd lowers its cluster version a few seconds after the
 		// downgrade is enabled, and only while every member answers: a

@@ -37,14 +37,14 @@ func (pl *planner) grow() bool {
 	w := pl.w
 	if dormant := w.dormant(); len(dormant) > 0 {
 		pl.working(conditions.ReasonResuming, "Resuming dormant member %s", dormant[0].Name)
-		return pl.act(&change{kind: wake, member: dormant[0]})
+		return pl.choose(&change{kind: wake, member: dormant[0]})
 	}
 	if m := onlyCopy(w); m != nil {
 		// Resuming a cluster whose dormant member was deleted while it was
 		// paused: that member holds the data, so it runs again and leaves
 		// once a replacement joined.
 		pl.working(conditions.ReasonResuming, "Resuming deleted dormant member %s: it holds the cluster's data", m.Name)
-		return pl.act(&change{kind: wake, member: m})
+		return pl.choose(&change{kind: wake, member: m})
 	}
 	for _, m := range w.running() {
 		switch ok, why := w.health(m); {
@@ -73,7 +73,7 @@ func (pl *planner) grow() bool {
 		return true
 	}
 	pl.working(conditions.ReasonScalingUp, "Adding a member (%d of %d run)", len(w.running()), w.desired())
-	return pl.act(&change{kind: createJoiner})
+	return pl.choose(&change{kind: createJoiner})
 }
 
 // onlyCopy is a deleted dormant member that holds the data of a cluster in
@@ -100,7 +100,7 @@ func (pl *planner) shrink() bool {
 	running := w.running()
 	if w.desired() == 0 && len(running) == 1 {
 		pl.working(conditions.ReasonPausing, "Pausing: member %s goes dormant", running[0].Name)
-		return pl.act(&change{kind: setDormant, member: running[0]})
+		return pl.choose(&change{kind: setDormant, member: running[0]})
 	}
 	victim := chooseVictim(w)
 	if w.isVoter(victim) {
@@ -118,7 +118,7 @@ func (pl *planner) shrink() bool {
 		c.thenRemove = true
 		withRemoval(w, c, em)
 	}
-	return pl.act(c)
+	return pl.choose(c)
 }
 
 // chooseVictim picks the member to remove: one etcd does not count yet

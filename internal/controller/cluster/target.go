@@ -30,7 +30,7 @@ func (pl *planner) latchFirstTarget() bool {
 		next.ClusterToken = manifest.ClusterToken(pl.w.cluster)
 	}
 	if next.Observed != nil {
-		return pl.act(&change{kind: latchStatus, status: next})
+		return pl.choose(&change{kind: latchStatus, status: next})
 	}
 	return pl.adopt(next, conditions.ReasonInitialSnapshot, "Latched the first target")
 }
@@ -44,7 +44,7 @@ func (pl *planner) adopt(next *v1alpha2.EtcdClusterStatus, reason, message strin
 	msg := fmt.Sprintf("%s: %d members of etcd %s", message, next.Observed.Replicas, next.Observed.Version)
 	conditions.Set(&next.Conditions, w.cluster.Generation, conditions.Progressing, metav1.ConditionTrue, reason, msg, w.now)
 	pl.working(reason, "%s", message)
-	return pl.act(&change{kind: latchStatus, status: next, reason: reason, message: msg})
+	return pl.choose(&change{kind: latchStatus, status: next, reason: reason, message: msg})
 }
 
 func progressDeadlineSeconds(s *v1alpha2.EtcdClusterSpec) int32 {
@@ -73,7 +73,7 @@ func (pl *planner) latchChangedTarget() bool {
 	case targetReached(w) && st.ProgressDeadline != nil:
 		next := st.DeepCopy()
 		next.ProgressDeadline = nil
-		return pl.act(&change{kind: latchStatus, status: next})
+		return pl.choose(&change{kind: latchStatus, status: next})
 	case targetReached(w):
 		return false
 	case st.ProgressDeadline == nil && specChanged(w):
