@@ -36,7 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
@@ -214,17 +213,16 @@ func logPass(ctx context.Context, w *world, p plan, o outcome, after time.Durati
 	l.Info("Pass", kv...)
 }
 
-// maxRemovalsPerPass bounds the removals one pass makes to scale down.
-const maxRemovalsPerPass = 4
-
-// goOn makes, in the same pass, the next removal of a scale-down the
-// previous one leaves to make: the world is what this pass read from etcd
-// less the member just removed, which etcd confirmed gone, so the planner's
-// quorum check sees the voters that stay as they answered moments ago, and
-// etcd checks again itself (it refuses a removal that would leave fewer
-// connected voters than a quorum). Only a removal that did not move the
-// leadership goes on; anything else the planner chooses waits for the next
-// pass, as every change did before.
+// goOn carries out, in the same pass, what mayFollow (plan.go) lets
+// follow the change just made: the planner decides again on this pass's
+// view. After a latch the latched target is written first, as every latch
+// is before anything acts on it (an operator stopped between the write and
+// the step leaves what a pass that only latched leaves). After a removal
+// the view is this pass's less the member just removed, which etcd
+// confirmed gone, so the planner's quorum check sees the voters that stay
+// as they answered moments ago, and etcd checks again itself (it refuses a
+// removal that would leave fewer connected voters than a quorum); at most
+// maxRemovalsPerPass removals in all.
 func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
 	p, o = r.actAfterLatching(ctx, w, p, o)
 	for range maxRemovalsPerPass - 1 {
@@ -233,7 +231,7 @@ func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (pla
 		}
 		w.forgetRemoved(o.removed)
 		next := decide(w)
-		if c := next.change; c == nil || c.kind != deleteMember || !c.thenRemove {
+		if !mayFollow(p.change, true, next.change) {
 			break
 		}
 		p, o = next, r.act(ctx, w, next.change)
@@ -241,28 +239,15 @@ func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (pla
 	return p, o
 }
 
-// actAfterLatching goes on, in the pass that latched a target, with the
-// first step towards it that needs no second look: the seed of a new
-// cluster after its first target, or a scale-down's first removal after a
-// changed spec. The latched target is written first, as every latch is
-// before anything acts on it; then the planner decides again on the same
-// view (for a scale-down the same fresh view of etcd), and only those two
-// steps are made here. Anything else waits for the next pass, which the
-// status write brings. An operator stopped between the write and the step
-// leaves what a pass that only latched leaves.
+// actAfterLatching goes on after a latch with the step mayFollow allows,
+// once the latched status is written.
 func (r *Reconciler) actAfterLatching(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
 	c := p.change
 	if c == nil || c.kind != latchStatus || o.err != nil || o.requeue > 0 {
 		return p, o
 	}
 	next := decide(w)
-	n := next.change
-	switch {
-	case n == nil:
-		return p, o
-	case c.reason == conditions.ReasonSpecChanged && n.kind == deleteMember && n.thenRemove:
-	case c.reason == conditions.ReasonInitialSnapshot && n.kind == createSeed:
-	default:
+	if !mayFollow(c, false, next.change) {
 		return p, o
 	}
 	if err := r.report(ctx, w, p, o); err != nil {
@@ -270,7 +255,7 @@ func (r *Reconciler) actAfterLatching(ctx context.Context, w *world, p plan, o o
 		return p, outcome{err: err}
 	}
 	w.original = w.cluster.DeepCopy()
-	return next, r.act(ctx, w, n)
+	return next, r.act(ctx, w, next.change)
 }
 
 // maintain runs the steps beside the membership planner: the cert-manager

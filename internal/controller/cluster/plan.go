@@ -16,30 +16,47 @@ import (
 // API server or etcd; act.go carries the change out, and status.go sets the
 // conditions from the plan and the outcome, in one place.
 //
-// Priority, highest first. The first stage that makes a change ends the
-// plan; a stage that is refused (to protect quorum) or waits records why
-// and lets the later stages try, unless it says the pass must stop.
+// Priority, highest first: decide runs these stages in this order (one
+// line per stage, its file in brackets). The first stage that makes a
+// change ends the plan; a stage that is refused (to protect quorum) or
+// waits records why and lets the later stages try, unless it says the
+// pass must stop.
 //
-//  1. hold: cert-manager missing before the cluster formed, etcd answering
-//     as another cluster: nothing is changed.
-//  2. target: latch the token and the first target; adopt a changed spec at
-//     a boundary (target reached, or its deadline passed).
-//  3. recover: a survivor's mark no recovery backs taken off; a recovery
-//     from quorum loss under way, or asked for by annotation (recover.go);
-//     it holds the later stages while the discarded members stop, the
-//     survivor restarts alone and the discarded members go.
-//  4. bootstrap: seed member, its first start, the cluster ID (or its
-//     recovery from the members when status lost it).
-//  5. finish: record the membership of a member etcd already added.
-//  6. membership: members leaving (a deleted member waits for its
-//     replacement while it still serves), etcd members nobody accounts for,
-//     lost members, the learner's promotion, the add of a created member,
-//     members that will never join.
-//  7. scale: wake a dormant member or create one when short; pause or
-//     remove one when over.
-//  8. version: cancel a downgrade etcd still runs for an older target.
-//  9. roll-out: one member at a time onto the target, the leader last.
-// 10. auth: enable authentication once the target is reached.
+//  1. holds: cert-manager missing before the cluster formed, etcd answering
+//     as another cluster: nothing is changed (plan.go).
+//  2. latchFirstTarget: the token and the first target (target.go).
+//  3. latchChangedTarget: a changed spec adopted at a boundary (target
+//     reached, or its deadline passed) (target.go).
+//  4. recover: a survivor's mark no recovery backs taken off; a recovery
+//     from quorum loss under way, or asked for by annotation; it holds the
+//     later stages while the discarded members stop, the survivor restarts
+//     alone and the discarded members go (recover.go).
+//  5. bootstrap: seed member, its first start, the cluster ID (or its
+//     recovery from the members when status lost it) (bootstrap.go).
+//  6. etcdReachable: no membership change without a fresh member list
+//     (plan.go).
+//  7. recordJoined: the membership of a member etcd already added (join.go).
+//  8. removeLeaving: members leaving; a deleted member waits for its
+//     replacement while it still serves (remove.go).
+//  9. removeStrays: etcd members nobody accounts for (remove.go).
+// 10. retireLost: lost members replaced (repair.go).
+// 11. promoteLearner: the learner promoted once it caught up (join.go).
+// 12. addPending: the learner add of a created member (join.go).
+// 13. retireStuckJoiners: members that will never join (repair.go).
+// 14. scale: wake a dormant member or create one when short; pause or
+//     remove one when over (scale.go).
+// 15. cancelStaleDowngrade: a downgrade etcd still runs for an older
+//     target cancelled (roll.go).
+// 16. rollOut: one member at a time onto the target, the leader last
+//     (roll.go).
+// 17. enableAuth: authentication once the target is reached (auth.go).
+//
+// Then, whatever was chosen, heldBack: a disruptive change waits while a
+// defragmentation holds the maintenance lock (maintenance_lock.go).
+//
+// One pass carries out one change, with two exceptions that mayFollow
+// states: a latch may be followed by the first step towards its target,
+// and a removal by the next removal of the same scale-down.
 
 // changeKind names the one change a plan makes.
 type changeKind int
@@ -208,6 +225,32 @@ func decide(w *world) plan {
 	// A member being defragmented holds every disruptive change back.
 	pl.heldBack()
 	return pl.p
+}
+
+// maxRemovalsPerPass bounds the removals one pass makes to scale down.
+const maxRemovalsPerPass = 4
+
+// mayFollow says whether next may be carried out in the same pass as
+// prev, which just succeeded: the chaining rules of a pass (controller.go's
+// goOn applies them, deciding again on the same view). Only steps that
+// need no second look qualify: after a latch, the seed of a new cluster
+// or a scale-down's first removal; after a removal etcd confirmed that
+// did not move the leadership (removed), the next removal of the same
+// scale-down. Anything else waits for the next pass.
+func mayFollow(prev *change, removed bool, next *change) bool {
+	if prev == nil || next == nil {
+		return false
+	}
+	removal := next.kind == deleteMember && next.thenRemove
+	switch {
+	case prev.kind == latchStatus && prev.reason == conditions.ReasonSpecChanged:
+		return removal
+	case prev.kind == latchStatus && prev.reason == conditions.ReasonInitialSnapshot:
+		return next.kind == createSeed
+	case prev.kind != latchStatus && removed:
+		return removal
+	}
+	return false
 }
 
 // choose chooses a change and completes the plan (r.act carries it out).

@@ -534,3 +534,29 @@ func TestPlanJoinsBeforeTheMemberServes(t *testing.T) {
 			}},
 	})
 }
+
+// The chaining rules: which change may follow which in one pass.
+func TestMayFollow(t *testing.T) {
+	removal := &change{kind: deleteMember, thenRemove: true}
+	for _, tc := range []struct {
+		name    string
+		prev    *change
+		removed bool
+		next    *change
+		want    bool
+	}{
+		{"a changed spec's latch, then its first removal", &change{kind: latchStatus, reason: conditions.ReasonSpecChanged}, false, removal, true},
+		{"a changed spec's latch, then a replacement's deletion", &change{kind: latchStatus, reason: conditions.ReasonSpecChanged}, false, &change{kind: deleteMember}, false},
+		{"a changed spec's latch, then a restart", &change{kind: latchStatus, reason: conditions.ReasonSpecChanged}, false, &change{kind: restart}, false},
+		{"the first target's latch, then the seed", &change{kind: latchStatus, reason: conditions.ReasonInitialSnapshot}, false, &change{kind: createSeed}, true},
+		{"the first target's latch, then a removal", &change{kind: latchStatus, reason: conditions.ReasonInitialSnapshot}, false, removal, false},
+		{"a removal etcd confirmed, then the next", removal, true, removal, true},
+		{"a removal that moved the leadership", removal, false, removal, false},
+		{"a removal, then a learner's add", removal, true, &change{kind: addLearner}, false},
+		{"nothing next", removal, true, nil, false},
+	} {
+		if got := mayFollow(tc.prev, tc.removed, tc.next); got != tc.want {
+			t.Errorf("%s: %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
