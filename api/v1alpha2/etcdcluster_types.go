@@ -113,6 +113,7 @@ type ClientCertManager struct {
 // PeerTLS configures the peer plane from an own Secret or cert-manager.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.secretRef) != has(self.certManager)",message="tls.peer: set exactly one of secretRef or certManager"
+// +kubebuilder:validation:XValidation:rule="!(has(self.allowedHostnames) && has(self.allowedCommonNames))",message="tls.peer: set at most one of allowedHostnames or allowedCommonNames; etcd accepts only one kind of peer identity"
 type PeerTLS struct {
 	// SecretRef names a Secret with tls.crt, tls.key and ca.crt.
 	// +optional
@@ -120,6 +121,30 @@ type PeerTLS struct {
 	// CertManager issues the peer certificate instead.
 	// +optional
 	CertManager *PeerCertManager `json:"certManager,omitempty"`
+	// AllowedHostnames restricts who may speak raft to the members: etcd
+	// accepts a peer only if its certificate is valid for one of these
+	// names (--peer-cert-allowed-hostname), not merely signed by the CA.
+	// With certManager and neither list set, the operator restricts peers
+	// to the name peer.<cluster>.<namespace>.svc, which the certificate it
+	// asks for covers and no other cluster's does. With secretRef and
+	// neither list set, any certificate the CA signed is accepted.
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=atomic
+	AllowedHostnames []string `json:"allowedHostnames,omitempty"`
+	// AllowedCommonNames restricts peers to certificates with one of these
+	// subject common names (--peer-cert-allowed-cn), for peer certificates
+	// without DNS names.
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +listType=atomic
+	AllowedCommonNames []string `json:"allowedCommonNames,omitempty"`
 }
 
 // PeerCertManager issues the peer certificate through cert-manager.

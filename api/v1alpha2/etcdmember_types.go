@@ -90,6 +90,20 @@ type MemberTLS struct {
 	// legacy clusters only).
 	// +optional
 	PeerAutoTLS bool `json:"peerAutoTLS,omitempty"`
+	// PeerAllowedHostnames are the names one of which a peer's certificate
+	// must be valid for (see PeerTLS.AllowedHostnames).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	PeerAllowedHostnames []string `json:"peerAllowedHostnames,omitempty"`
+	// PeerAllowedCommonNames are the common names one of which a peer's
+	// certificate must carry (see PeerTLS.AllowedCommonNames).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	PeerAllowedCommonNames []string `json:"peerAllowedCommonNames,omitempty"`
 }
 
 // EtcdMemberStatus is what the member controller observed.

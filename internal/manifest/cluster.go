@@ -1,8 +1,11 @@
 package manifest
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -168,12 +171,35 @@ func MemberTLSOf(c *v1alpha2.EtcdCluster) *v1alpha2.MemberTLS {
 			if p.CertManager != nil {
 				out.PeerSecretRef = &corev1.LocalObjectReference{Name: PeerTLSSecretName(c.Name)}
 			}
+			out.PeerAllowedHostnames, out.PeerAllowedCommonNames = peerIdentity(c, p)
 		}
 	}
-	if *out == (v1alpha2.MemberTLS{}) {
+	if equality.Semantic.DeepEqual(out, &v1alpha2.MemberTLS{}) {
 		return nil
 	}
 	return out
+}
+
+// peerIdentity is who the members accept as a peer: what the user set, or,
+// for a certificate the operator asks cert-manager for, a name under the
+// members' wildcard, which that certificate covers and no other cluster's
+// does. A certificate the CA signed for anything else (another cluster's
+// members, a client) is refused on the peer port.
+func peerIdentity(c *v1alpha2.EtcdCluster, p *v1alpha2.PeerTLS) (hostnames, commonNames []string) {
+	switch {
+	case len(p.AllowedHostnames) > 0 || len(p.AllowedCommonNames) > 0:
+		return slices.Clone(p.AllowedHostnames), slices.Clone(p.AllowedCommonNames)
+	case p.CertManager != nil:
+		return []string{PeerIdentityHostname(c)}, nil
+	}
+	return nil, nil
+}
+
+// PeerIdentityHostname is the name a cert-manager-issued peer certificate
+// is checked against: one under *.<cluster>.<namespace>.svc, among the
+// certificate's names (see peerCertificate).
+func PeerIdentityHostname(c *v1alpha2.EtcdCluster) string {
+	return "peer." + c.Name + "." + c.Namespace + ".svc"
 }
 
 func resolveClientTLS(cluster string, t *v1alpha2.ClientTLS, out *v1alpha2.MemberTLS) {

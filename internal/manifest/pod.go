@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -299,6 +300,12 @@ func tlsFlags(m *v1alpha2.EtcdMember) []string {
 		out = append(out,
 			"--peer-cert-file="+PeerTLSDir+"/tls.crt", "--peer-key-file="+PeerTLSDir+"/tls.key",
 			"--peer-trusted-ca-file="+PeerTLSDir+"/ca.crt", "--peer-client-cert-auth=true")
+		if len(t.PeerAllowedHostnames) > 0 {
+			out = append(out, "--peer-cert-allowed-hostname="+strings.Join(t.PeerAllowedHostnames, ","))
+		}
+		if len(t.PeerAllowedCommonNames) > 0 {
+			out = append(out, "--peer-cert-allowed-cn="+strings.Join(t.PeerAllowedCommonNames, ","))
+		}
 	case t.PeerAutoTLS:
 		out = append(out, "--peer-auto-tls")
 	}

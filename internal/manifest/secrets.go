@@ -2,7 +2,9 @@ package manifest
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,6 +35,11 @@ type SecretUse struct {
 	// Purpose says what the member uses it for, for messages.
 	Purpose string
 	Keys    []string
+	// PeerHostnames and PeerCommonNames, for the peer certificate, are the
+	// identities one of which its certificate must carry: the members
+	// refuse any other peer, so a certificate without one would cut each
+	// member off from the others.
+	PeerHostnames, PeerCommonNames []string
 }
 
 // MountedSecrets lists the Secrets a member's Pod mounts, with the keys its
@@ -51,9 +58,60 @@ func MountedSecrets(m *v1alpha2.EtcdMember) []SecretUse {
 		out = append(out, SecretUse{Name: t.ClientServerSecretRef.Name, Purpose: "client server certificate", Keys: keys})
 	}
 	if t.PeerSecretRef != nil {
-		out = append(out, SecretUse{Name: t.PeerSecretRef.Name, Purpose: "peer certificate", Keys: []string{KeyCert, KeyKey, KeyCA}})
+		out = append(out, PeerSecretUse(t))
 	}
 	return out
+}
+
+// PeerSecretUse is the member's use of its peer certificate's Secret.
+func PeerSecretUse(t *v1alpha2.MemberTLS) SecretUse {
+	return SecretUse{Name: t.PeerSecretRef.Name, Purpose: "peer certificate", Keys: []string{KeyCert, KeyKey, KeyCA},
+		PeerHostnames: t.PeerAllowedHostnames, PeerCommonNames: t.PeerAllowedCommonNames}
+}
+
+// Mismatch says how the Secret's certificate fails the peer identity the
+// members require, or "" when it carries one (or none is required). A
+// missing certificate is MissingKey's to report.
+func (u SecretUse) Mismatch(s *corev1.Secret) string {
+	if len(u.PeerHostnames) == 0 && len(u.PeerCommonNames) == 0 || len(s.Data[KeyCert]) == 0 {
+		return ""
+	}
+	block, _ := pem.Decode(s.Data[KeyCert])
+	if block == nil {
+		return "its " + KeyCert + " holds no PEM certificate"
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Sprintf("its %s does not parse: %v", KeyCert, err)
+	}
+	for _, h := range u.PeerHostnames {
+		if cert.VerifyHostname(h) == nil {
+			return ""
+		}
+	}
+	if slices.Contains(u.PeerCommonNames, cert.Subject.CommonName) {
+		return ""
+	}
+	if len(u.PeerHostnames) > 0 {
+		return fmt.Sprintf("its certificate is valid for none of the names the members accept from a peer (%s); it names %s. "+
+			"Issue it for one of them",
+			strings.Join(u.PeerHostnames, ", "), certNames(cert))
+	}
+	return fmt.Sprintf("its certificate's common name %q is none of those the members accept from a peer (%s). "+
+		"Issue it with one of them",
+		cert.Subject.CommonName, strings.Join(u.PeerCommonNames, ", "))
+}
+
+// certNames lists what a certificate is valid for, for messages.
+func certNames(c *x509.Certificate) string {
+	names := slices.Clone(c.DNSNames)
+	for _, ip := range c.IPAddresses {
+		names = append(names, ip.String())
+	}
+	if len(names) == 0 {
+		return "no DNS name or IP address"
+	}
+	return strings.Join(names, ", ")
 }
 
 // MissingKey names the first key a Secret lacks (or holds empty), or "".

@@ -24,13 +24,13 @@ func TestMountedSecrets(t *testing.T) {
 		{"plaintext", nil, nil},
 		{"peer auto TLS mounts nothing", &v1alpha2.MemberTLS{PeerAutoTLS: true}, nil},
 		{"server TLS: no CA needed", &v1alpha2.MemberTLS{ClientServerSecretRef: ref("srv")},
-			[]SecretUse{{"srv", "client server certificate", []string{KeyCert, KeyKey}}}},
+			[]SecretUse{{Name: "srv", Purpose: "client server certificate", Keys: []string{KeyCert, KeyKey}}}},
 		{"mutual TLS: the CA checks clients", &v1alpha2.MemberTLS{ClientServerSecretRef: ref("srv"), ClientMTLS: true},
-			[]SecretUse{{"srv", "client server certificate", []string{KeyCert, KeyKey, KeyCA}}}},
+			[]SecretUse{{Name: "srv", Purpose: "client server certificate", Keys: []string{KeyCert, KeyKey, KeyCA}}}},
 		{"peer TLS", &v1alpha2.MemberTLS{PeerSecretRef: ref("peer")},
-			[]SecretUse{{"peer", "peer certificate", []string{KeyCert, KeyKey, KeyCA}}}},
+			[]SecretUse{{Name: "peer", Purpose: "peer certificate", Keys: []string{KeyCert, KeyKey, KeyCA}}}},
 		{"both planes", &v1alpha2.MemberTLS{ClientServerSecretRef: ref("srv"), PeerSecretRef: ref("peer")},
-			[]SecretUse{{"srv", "client server certificate", []string{KeyCert, KeyKey}}, {"peer", "peer certificate", []string{KeyCert, KeyKey, KeyCA}}}},
+			[]SecretUse{{Name: "srv", Purpose: "client server certificate", Keys: []string{KeyCert, KeyKey}}, {Name: "peer", Purpose: "peer certificate", Keys: []string{KeyCert, KeyKey, KeyCA}}}},
 	}
 	for _, c := range cases {
 		got := MountedSecrets(tlsMember(c.tls))

@@ -119,6 +119,13 @@ var celCases = []celCase{
 	// 18: peer TLS source.
 	{name: "18 peer tls with both sources", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, certManager: {issuerRef: {name: ca}}}}", reject: "tls.peer: set exactly one of secretRef or certManager"},
 	{name: "18 peer tls with no source", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {}}", reject: "tls.peer: set exactly one of secretRef or certManager"},
+	// 18b: one kind of peer identity, or none.
+	{name: "18b peer identity of both kinds", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedHostnames: [a], allowedCommonNames: [b]}}", reject: "tls.peer: set at most one of allowedHostnames or allowedCommonNames"},
+	{name: "18b peer identity by hostname", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {certManager: {issuerRef: {name: ca}}, allowedHostnames: [peer.c.ns.svc]}}"},
+	{name: "18b peer identity by common name", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedCommonNames: [etcd-peer]}}"},
+	{name: "18b empty peer identity", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedHostnames: []}}", reject: "spec.tls.peer.allowedHostnames in body should have at least 1 items"},
+	{name: "18b peer identity is immutable", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedCommonNames: [a]}}",
+		update: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedCommonNames: [b]}}", reject: "tls is immutable after creation"},
 	// 19: snapshot location one-of, on the cluster's restore source.
 	{name: "19 restore from s3 and pvc", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {s3: {endpoint: e, bucket: b, key: k, credentialsSecretRef: {name: c}}, pvc: {claimName: p, subPath: s}}}}", reject: "set exactly one of s3 or pvc"},
 	{name: "19 restore from nowhere", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {}}}", reject: "set exactly one of s3 or pvc"},

@@ -131,12 +131,34 @@ func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
 			}
 		}
 	}
+	if w.secretProblem == "" {
+		w.secretProblem = peerIdentityProblem(w)
+	}
 	for name, sec := range w.secrets {
 		if sec == nil {
 			delete(w.secrets, name)
 		}
 	}
 	return nil
+}
+
+// peerIdentityProblem checks the peer certificate against the identity the
+// members are to require of their peers, before a roll-out restarts one of
+// them with it: a member that refused its peers would be cut off.
+func peerIdentityProblem(w *world) string {
+	target := manifest.MemberTLSOf(w.cluster)
+	if target == nil || target.PeerSecretRef == nil {
+		return ""
+	}
+	u := manifest.PeerSecretUse(target)
+	sec := w.secrets[u.Name]
+	if sec == nil {
+		return ""
+	}
+	if why := u.Mismatch(sec); why != "" {
+		return fmt.Sprintf("Secret %s (the %s): %s", u.Name, u.Purpose, why)
+	}
+	return ""
 }
 
 // readEndpoints records the Pod addresses the cluster's headless

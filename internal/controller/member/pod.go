@@ -221,6 +221,9 @@ func (r *Reconciler) readSecrets(ctx context.Context, m *v1alpha2.EtcdMember) (h
 		if k := u.MissingKey(sec); k != "" {
 			return "", fmt.Sprintf("Waiting for Secret %s (the %s) to hold the key %s, which the member reads", u.Name, u.Purpose, k), nil
 		}
+		if why := u.Mismatch(sec); why != "" {
+			return "", fmt.Sprintf("Waiting for Secret %s (the %s): %s", u.Name, u.Purpose, why), nil
+		}
 	}
 	return manifest.SecretHashes(manifest.HashSecrets(uses, secrets)), "", nil
 }
