@@ -156,17 +156,24 @@ func TestPeerIdentityContract(t *testing.T) {
 				m := &v1alpha2.EtcdMember{Spec: v1alpha2.EtcdMemberSpec{TLS: MemberTLSOf(peerCluster(tc.peer))}}
 				peerURL := startPeerEtcd(t, v, tlsFlags(m), member, ca.CertPEM())
 				for i, cert := range []pki.Pair{member, intruder, root} {
-					err := dialPeer(peerURL, cert, ca.CertPEM())
-					if (err == nil) != tc.accepted[i] {
-						t.Errorf("certificate %d (member, intruder, SAN-less): accepted %t, want %t (%v)", i, err == nil, tc.accepted[i], err)
-					}
-					// The refusal is the handshake's, not an answer.
-					if err != nil && !strings.Contains(err.Error(), "tls: ") {
-						t.Errorf("certificate %d refused by other than TLS: %v", i, err)
-					}
+					checkPeer(t, peerURL, i, cert, ca.CertPEM(), tc.accepted[i])
 				}
 			})
 		}
+	}
+}
+
+// checkPeer dials the peer port with the i-th certificate (the member's,
+// the intruder's, the SAN-less one) and checks it is accepted or refused.
+func checkPeer(t *testing.T, peerURL string, i int, cert pki.Pair, caPEM []byte, accepted bool) {
+	t.Helper()
+	err := dialPeer(peerURL, cert, caPEM)
+	if (err == nil) != accepted {
+		t.Errorf("certificate %d (member, intruder, SAN-less): accepted %t, want %t (%v)", i, err == nil, accepted, err)
+	}
+	// The refusal is the handshake's, not an answer.
+	if err != nil && !strings.Contains(err.Error(), "tls: ") {
+		t.Errorf("certificate %d refused by other than TLS: %v", i, err)
 	}
 }
 

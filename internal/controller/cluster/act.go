@@ -35,6 +35,8 @@ type outcome struct {
 	// when it was not the leader: the world can be brought up to date
 	// without asking again (see goOn). Only a removal etcd made sets it.
 	removed *v1alpha2.EtcdMember
+	// learned is what the rest of the pass must see (world.after).
+	learned learned
 }
 
 // callTimeout bounds one etcd call of an action.
@@ -46,20 +48,19 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 	}
 	switch c.kind {
 	case latchStatus:
-		w.cluster.Status = *c.status
 		if c.reason != "" {
 			r.event(w.cluster, false, c.reason, "Latch", "%s", c.message)
 		}
 		if warn := memoryStorageWarning(c.status.Observed); warn != "" && !equality.Semantic.DeepEqual(c.status.Observed, w.original.Status.Observed) {
 			r.event(w.cluster, true, conditions.ReasonStorageTooSmall, "LatchTarget", "%s", warn)
 		}
-		return outcome{}
+		return outcome{learned: learned{latched: c.status}}
 	case createSeed:
 		seed, err := r.createMember(ctx, w, true)
 		if err != nil {
 			return outcome{err: err}
 		}
-		return outcome{err: r.completeSeed(ctx, seed, seed.Spec.InitialCluster)}
+		return outcome{err: r.completeSeed(ctx, seed, seed.Spec.InitialCluster), learned: learned{created: seed}}
 	case completeSeed:
 		return outcome{err: r.completeSeed(ctx, c.member, c.initial)}
 	case createJoiner:
@@ -138,8 +139,7 @@ func (r *Reconciler) etcdFailed(ctx context.Context, w *world, what string, err 
 	}
 	if f := credentialsProblem(w.cluster, err); f != nil {
 		// Retried on the longer timer: credentials change by hand.
-		w.features.auth = f
-		return outcome{requeue: retryAuth}
+		return outcome{requeue: retryAuth, learned: learned{auth: f}}
 	}
 	logf(ctx, w)("Membership step failed; retrying", "step", what, "error", err.Error())
 	return outcome{progress: &finding{"MembershipStepFailed", fmt.Sprintf("%s failed (will retry): %v", what, err)}, warn: true, requeue: unreachableRetry}

@@ -95,10 +95,9 @@ func (r *Reconciler) turnOnAuth(ctx context.Context, w *world) outcome {
 		logf(ctx, w)("Enabling authentication failed", "error", err.Error())
 		return outcome{progress: &finding{conditions.ReasonEnablingAuth, "Enabling authentication failed, retrying: " + err.Error()}, requeue: retryAuth}
 	}
-	c.Status.AuthEnabled = true
 	r.event(c, false, conditions.ReasonAuthEnabled, "EnableAuth", "Authentication enabled: etcd's root user has the password of Secret %s", c.Spec.Auth.RootCredentialsSecretRef.Name)
 	logf(ctx, w)("Authentication enabled")
-	return outcome{}
+	return outcome{learned: learned{authEnabled: true}}
 }
 
 // syncPassword applies a changed password of the user's Secret to etcd,

@@ -49,7 +49,6 @@ func (r *Reconciler) createMember(ctx context.Context, w *world, seed bool) (*v1
 	}
 	r.expect.created(client.ObjectKeyFromObject(w.cluster).String(), m.Name, w.now)
 	r.Metrics.MembershipOp(w.cluster, "create", nil)
-	w.members = append(w.members, m)
 	what := "member"
 	if seed {
 		what = "seed member"

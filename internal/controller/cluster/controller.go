@@ -158,9 +158,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.maintain(ctx, w)
 	p := decide(w)
 	o := r.act(ctx, w, p.change)
-	p, o = r.goOn(ctx, w, p, o)
+	w = w.after(o.learned)
+	w, p, o = r.goOn(ctx, w, p, o)
 	if err := r.reconcilePDB(ctx, w); err != nil {
-		w.features.failed = append(w.features.failed, err.Error())
+		w = w.after(learned{failed: []string{err.Error()}})
 	}
 	if teardown.Ignorable(ctx, r.APIReader, cluster.Namespace, o.err) {
 		// Everything in the namespace is going; creating more only fails.
@@ -223,39 +224,43 @@ func logPass(ctx context.Context, w *world, p plan, o outcome, after time.Durati
 // as they answered moments ago, and etcd checks again itself (it refuses a
 // removal that would leave fewer connected voters than a quorum); at most
 // maxRemovalsPerPass removals in all.
-func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
-	p, o = r.actAfterLatching(ctx, w, p, o)
+func (r *Reconciler) goOn(ctx context.Context, w *world, p plan, o outcome) (*world, plan, outcome) {
+	w, p, o = r.actAfterLatching(ctx, w, p, o)
 	for range maxRemovalsPerPass - 1 {
 		if o.removed == nil {
 			break
 		}
-		w.forgetRemoved(o.removed)
+		w = w.without(o.removed)
 		next := decide(w)
 		if !mayFollow(p.change, true, next.change) {
 			break
 		}
 		p, o = next, r.act(ctx, w, next.change)
+		w = w.after(o.learned)
 	}
-	return p, o
+	return w, p, o
 }
 
 // actAfterLatching goes on after a latch with the step mayFollow allows,
 // once the latched status is written.
-func (r *Reconciler) actAfterLatching(ctx context.Context, w *world, p plan, o outcome) (plan, outcome) {
+func (r *Reconciler) actAfterLatching(ctx context.Context, w *world, p plan, o outcome) (*world, plan, outcome) {
 	c := p.change
 	if c == nil || c.kind != latchStatus || o.err != nil || o.requeue > 0 {
-		return p, o
+		return w, p, o
 	}
 	next := decide(w)
 	if !mayFollow(c, false, next.change) {
-		return p, o
+		return w, p, o
 	}
 	if err := r.report(ctx, w, p, o); err != nil {
 		// The next pass latches it again.
-		return p, outcome{err: err}
+		return w, p, outcome{err: err}
 	}
-	w.original = w.cluster.DeepCopy()
-	return next, r.act(ctx, w, next.change)
+	// What was written is the base of the pass's last status write.
+	reported := *w
+	reported.original = w.cluster.DeepCopy()
+	o = r.act(ctx, &reported, next.change)
+	return reported.after(o.learned), next, o
 }
 
 // maintain runs the steps beside the membership planner: the cert-manager

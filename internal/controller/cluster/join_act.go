@@ -19,10 +19,15 @@ import (
 // brings the add.
 func (r *Reconciler) createJoiner(ctx context.Context, w *world) outcome {
 	m, err := r.createMember(ctx, w, false)
-	if err != nil || w.joinGate {
+	if err != nil {
 		return outcome{err: err}
 	}
-	return r.addLearner(ctx, w, m)
+	if w.joinGate {
+		return outcome{learned: learned{created: m}}
+	}
+	o := r.addLearner(ctx, w.after(learned{created: m}), m)
+	o.learned.created = m
+	return o
 }
 
 // addLearner adds the member to etcd as a learner and records the
@@ -38,9 +43,9 @@ func (r *Reconciler) addLearner(ctx context.Context, w *world, m *v1alpha2.EtcdM
 	if err != nil {
 		return r.etcdFailed(ctx, w, "adding "+m.Name+" as a learner", err)
 	}
-	w.etcd.list.Members = append(w.etcd.list.Members, *added)
 	r.event(w.cluster, false, "MemberAdded", "AddLearner", "Added %s to etcd as learner %s", m.Name, etcd.FormatID(added.ID))
-	return outcome{err: r.setInitialCluster(ctx, m, initialClusterFor(w, m))}
+	l := learned{added: added}
+	return outcome{err: r.setInitialCluster(ctx, m, initialClusterFor(w.after(l), m)), learned: l}
 }
 
 // setInitialCluster records etcd's view of the membership on a member; from

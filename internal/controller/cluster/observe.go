@@ -105,29 +105,21 @@ func (r *Reconciler) readRecoverySnapshot(ctx context.Context, w *world) {
 // Secret or key is recorded, not an error: the members report it, and a
 // roll-out holds.
 func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
+	if w.secrets == nil {
+		w.secrets = map[string]*corev1.Secret{}
+	}
 	for _, m := range w.running() {
 		for _, u := range manifest.MountedSecrets(m) {
 			sec, ok := w.secrets[u.Name]
 			if !ok {
-				sec = &corev1.Secret{}
-				err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: u.Name}, sec)
-				switch {
-				case apierrors.IsNotFound(err):
-					sec = nil
-				case err != nil:
-					return fmt.Errorf("reading Secret %s: %w", u.Name, err)
-				}
-				if w.secrets == nil {
-					w.secrets = map[string]*corev1.Secret{}
+				var err error
+				if sec, err = r.readSecret(ctx, m.Namespace, u.Name); err != nil {
+					return err
 				}
 				w.secrets[u.Name] = sec
 			}
-			switch {
-			case w.secretProblem != "":
-			case sec == nil:
-				w.secretProblem = fmt.Sprintf("Secret %s (the %s) does not exist", u.Name, u.Purpose)
-			case u.MissingKey(sec) != "":
-				w.secretProblem = fmt.Sprintf("Secret %s (the %s) has no key %s", u.Name, u.Purpose, u.MissingKey(sec))
+			if w.secretProblem == "" {
+				w.secretProblem = secretProblem(u, sec)
 			}
 		}
 	}
@@ -140,6 +132,30 @@ func (r *Reconciler) readSecrets(ctx context.Context, w *world) error {
 		}
 	}
 	return nil
+}
+
+// readSecret reads one Secret, nil when it does not exist.
+func (r *Reconciler) readSecret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	sec := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Secret %s: %w", name, err)
+	}
+	return sec, nil
+}
+
+// secretProblem says what a member would miss in a Secret it mounts, or "".
+func secretProblem(u manifest.SecretUse, sec *corev1.Secret) string {
+	switch {
+	case sec == nil:
+		return fmt.Sprintf("Secret %s (the %s) does not exist", u.Name, u.Purpose)
+	case u.MissingKey(sec) != "":
+		return fmt.Sprintf("Secret %s (the %s) has no key %s", u.Name, u.Purpose, u.MissingKey(sec))
+	}
+	return ""
 }
 
 // peerIdentityProblem checks the peer certificate against the identity the

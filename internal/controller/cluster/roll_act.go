@@ -54,12 +54,11 @@ func (r *Reconciler) restart(ctx context.Context, w *world, c *change) outcome {
 	if o, ok := r.evict(ctx, pod); !ok {
 		return o
 	}
-	recordRestart(w, m, cause, why)
 	r.event(w.cluster, false, conditions.ReasonRollingOut, "Restart", "Restarting member %s %s", m.Name, why)
 	r.event(m, false, conditions.ReasonRollingOut, "Restart", "Restarting %s", why)
 	logf(ctx, w)("Restarting member for the roll-out", "member", m.Name, "version", m.Spec.Version, "cause", cause)
 	// The Pod's deletion and the new Pod's readiness bring the next pass.
-	return outcome{}
+	return outcome{learned: learned{rollOut: restartRecorded(w, m, cause, why)}}
 }
 
 // evict asks the API server to evict the Pod, which it does only while the
@@ -83,13 +82,12 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod) (outcome, bool)
 	return outcome{err: fmt.Errorf("evicting pod %s: %w", pod.Name, err)}, false
 }
 
-// recordRestart notes a restart in status.lastRollOut, starting a new
+// restartRecorded is status.lastRollOut with a restart noted, a new
 // record when the last one completed.
-func recordRestart(w *world, m *v1alpha2.EtcdMember, cause, why string) {
-	lr := w.cluster.Status.LastRollOut
+func restartRecorded(w *world, m *v1alpha2.EtcdMember, cause, why string) *v1alpha2.RollOutStatus {
+	lr := w.cluster.Status.LastRollOut.DeepCopy()
 	if lr == nil || lr.CompletionTime != nil {
 		lr = &v1alpha2.RollOutStatus{StartTime: metav1.Time{Time: w.now}}
-		w.cluster.Status.LastRollOut = lr
 	}
 	if lr.Cause != cause {
 		// A roll for both records the spec; the Secrets ride along.
@@ -106,6 +104,7 @@ func recordRestart(w *world, m *v1alpha2.EtcdMember, cause, why string) {
 	if !slices.Contains(lr.Restarted, m.Name) {
 		lr.Restarted = append(lr.Restarted, m.Name)
 	}
+	return lr
 }
 
 // nextTemplate moves a member's spec one step towards the target: to the

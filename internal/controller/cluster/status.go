@@ -16,6 +16,30 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
+// Who writes each field of EtcdClusterStatus. Three channels lead to the
+// one write (report's merge patch): a latch (a latchStatus change, whose
+// status the planner builds whole: target.go, bootstrap.go, roll.go,
+// recover.go), an action's outcome (learned, folded in by world.after),
+// and report itself. Observations made while the world is built come
+// from observe and maintain.
+//
+//	readyMembers, updatedMembers, selector,  report, from the world
+//	brokenMembers, noLeaderSince, lastReports
+//	maintenanceLock                            report (updateLock)
+//	conditions                                 report; a latch that adopts a
+//	                                           changed spec sets Progressing
+//	recovery                                   report, from the plan; the latch
+//	                                           that re-bootstraps a cluster
+//	clusterID, clusterToken, observed,         the latch
+//	progressDeadline
+//	lastRollOut                                a restart's outcome; the latch
+//	                                           that ends a roll-out
+//	authEnabled                                enableAuth's outcome; maintain
+//	                                           (etcd has it on already); the
+//	                                           latch that re-bootstraps
+//	clusterVersion                             observe (etcd's own); the latch
+//	                                           that re-bootstraps
+
 // report sets the status from the world, the plan and its outcome, emits
 // the Warning Events of what the plan held back (once per episode), and
 // writes the status only when it changed, so a steady cluster costs no

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -18,8 +19,13 @@ import (
 // (observe.go) before anything is decided: the cluster, its members (found
 // through their controller reference, never by label), their Pods, the
 // Secrets they mount, the headless Service's endpoints, one "now", and
-// etcd's own fresh view of itself. The planner (plan.go) reads it and never
-// writes it; the only change a pass makes to it is forgetRemoved.
+// etcd's own fresh view of itself; maintain (controller.go) completes it
+// with what the steps beside membership found (features, and
+// authentication etcd already has on). From then on it is read-only: the
+// planner (plan.go) reads it, actions read it and return what they learned
+// in their outcome, and a pass that goes on after an action decides on a
+// new world (after, without). Only report (status.go) writes the status,
+// into the world it reports on, just before the write to the API.
 type world struct {
 	cluster *v1alpha2.EtcdCluster
 	// original is the cluster as read, to write status only when it changed.
@@ -129,22 +135,83 @@ func (w *world) desired() int {
 	return int(w.cluster.Status.Observed.Replicas)
 }
 
-// forgetRemoved brings the world up to date after m was removed from etcd
-// and its EtcdMember released (removeFromEtcd): etcd no longer lists it,
-// and it is neither a member nor a Pod of the cluster any more. The only
-// change this pass makes to its world (see goOn).
-func (w *world) forgetRemoved(m *v1alpha2.EtcdMember) {
+// learned is what an action did or found that the rest of the pass must
+// see (the planner deciding again, the budget, the status): actions never
+// write the world, they return this in their outcome, and after folds it
+// into a new world.
+type learned struct {
+	// latched is the status a latch wrote.
+	latched *v1alpha2.EtcdClusterStatus
+	// created is a member just created.
+	created *v1alpha2.EtcdMember
+	// added is a learner etcd just added.
+	added *etcd.Member
+	// rollOut is status.lastRollOut after a restart.
+	rollOut *v1alpha2.RollOutStatus
+	// authEnabled: authentication was just turned on.
+	authEnabled bool
+	// auth is why etcd refused the operator's credentials.
+	auth *finding
+	// failed are steps that failed after the plan (the budget).
+	failed []string
+}
+
+// after is the world as it is once an action did what l says: a new
+// world, sharing what did not change. It is the only way anything enters
+// a world after observe (and maintain, which completes it) built it.
+func (w *world) after(l learned) *world {
+	n := *w
+	if l.latched != nil || l.rollOut != nil || l.authEnabled {
+		n.cluster = w.cluster.DeepCopy()
+		if l.latched != nil {
+			n.cluster.Status = *l.latched.DeepCopy()
+		}
+		if l.rollOut != nil {
+			n.cluster.Status.LastRollOut = l.rollOut
+		}
+		if l.authEnabled {
+			n.cluster.Status.AuthEnabled = true
+		}
+	}
+	if l.created != nil {
+		n.members = append(slices.Clone(w.members), l.created)
+	}
+	if l.added != nil && w.etcd.list != nil {
+		list := *w.etcd.list
+		list.Members = append(slices.Clone(list.Members), *l.added)
+		n.etcd.list = &list
+	}
+	if l.auth != nil {
+		n.features.auth = l.auth
+	}
+	if len(l.failed) > 0 {
+		n.features.failed = append(slices.Clone(w.features.failed), l.failed...)
+	}
+	return &n
+}
+
+// without is the world after m was removed from etcd and its EtcdMember
+// released (removeFromEtcd): etcd no longer lists it, and it is neither a
+// member nor a Pod of the cluster any more (see goOn). A new world, like
+// after's.
+func (w *world) without(m *v1alpha2.EtcdMember) *world {
+	n := *w
 	if w.etcd.list != nil {
 		if em := w.etcdMemberOf(m); em != nil {
 			id := em.ID
-			w.etcd.list.Members = slices.DeleteFunc(slices.Clone(w.etcd.list.Members), func(x etcd.Member) bool { return x.ID == id })
+			list := *w.etcd.list
+			list.Members = slices.DeleteFunc(slices.Clone(list.Members), func(x etcd.Member) bool { return x.ID == id })
+			n.etcd.list = &list
 		}
 	}
-	w.members = slices.DeleteFunc(slices.Clone(w.members), func(x *v1alpha2.EtcdMember) bool { return x == m })
-	delete(w.pods, m.Name)
-	delete(w.etcd.status, m.Name)
-	delete(w.etcd.statusErr, m.Name)
-	delete(w.etcd.health, m.Name)
+	n.members = slices.DeleteFunc(slices.Clone(w.members), func(x *v1alpha2.EtcdMember) bool { return x == m })
+	n.pods = maps.Clone(w.pods)
+	delete(n.pods, m.Name)
+	n.etcd.status, n.etcd.statusErr, n.etcd.health = maps.Clone(w.etcd.status), maps.Clone(w.etcd.statusErr), maps.Clone(w.etcd.health)
+	delete(n.etcd.status, m.Name)
+	delete(n.etcd.statusErr, m.Name)
+	delete(n.etcd.health, m.Name)
+	return &n
 }
 
 func deleting(m *v1alpha2.EtcdMember) bool { return m.DeletionTimestamp != nil }
