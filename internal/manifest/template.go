@@ -35,13 +35,33 @@ type rolled struct {
 	ImagePullSecrets          any    `json:"i,omitempty"`
 	AdditionalMetadata        any    `json:"m,omitempty"`
 	SnapshotCount             string `json:"s,omitempty"`
+	// Placement: empty for a member that sets none, so its hash is what it
+	// was before these fields existed and an operator upgrade rolls nothing.
+	Tolerations       any    `json:"to,omitempty"`
+	NodeSelector      any    `json:"ns,omitempty"`
+	PriorityClassName string `json:"pc,omitempty"`
+	RuntimeClassName  any    `json:"rc,omitempty"`
+	SchedulerName     string `json:"sn,omitempty"`
 }
 
 // TemplateHash is a short hash of what a member's Pod is built from.
 func TemplateHash(m *v1alpha2.EtcdMember) string {
 	s := m.Spec
-	b, _ := json.Marshal(rolled{s.Version, s.Resources, s.Options, s.Affinity, s.TopologySpreadConstraints, s.ImagePullSecrets, s.AdditionalMetadata,
-		m.Annotations[AnnotationSnapshotCount]})
+	r := rolled{Version: s.Version, Resources: s.Resources, Options: s.Options, Affinity: s.Affinity,
+		TopologySpreadConstraints: s.TopologySpreadConstraints, ImagePullSecrets: s.ImagePullSecrets,
+		AdditionalMetadata: s.AdditionalMetadata, SnapshotCount: m.Annotations[AnnotationSnapshotCount],
+		PriorityClassName: s.PriorityClassName, SchedulerName: s.SchedulerName}
+	// A nil any is left out; a typed nil would not be.
+	if len(s.Tolerations) > 0 {
+		r.Tolerations = s.Tolerations
+	}
+	if len(s.NodeSelector) > 0 {
+		r.NodeSelector = s.NodeSelector
+	}
+	if s.RuntimeClassName != nil {
+		r.RuntimeClassName = s.RuntimeClassName
+	}
+	b, _ := json.Marshal(r)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:5])
 }

@@ -30,3 +30,62 @@ func TestTemplateHashIsStable(t *testing.T) {
 		t.Errorf("TemplateHash = %s, want %s: the hash of an unchanged member changed, which rolls every member on upgrade", got, want)
 	}
 }
+
+// Placement reaches the Pod, and a change of any placement field changes
+// the hash (so it rolls out, one member at a time), while a member that
+// sets none keeps the hash it had before the fields existed.
+func TestPlacement(t *testing.T) {
+	base := &v1alpha2.EtcdMember{}
+	base.Spec.Version = "3.6.16"
+	before := TemplateHash(base)
+	place := func(m *v1alpha2.EtcdMember) {
+		m.Spec.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		m.Spec.NodeSelector = map[string]string{"node-role.kubernetes.io/control-plane": ""}
+		m.Spec.PriorityClassName = "system-cluster-critical"
+		m.Spec.RuntimeClassName = ptr.To("gvisor")
+		m.Spec.SchedulerName = "etcd-scheduler"
+	}
+	m := base.DeepCopy()
+	place(m)
+	pod := Pod(m, PodOptions{OperatorImage: "op:1"})
+	s := pod.Spec
+	if len(s.Tolerations) != 1 || s.NodeSelector["node-role.kubernetes.io/control-plane"] != "" || len(s.NodeSelector) != 1 ||
+		s.PriorityClassName != "system-cluster-critical" || s.RuntimeClassName == nil || *s.RuntimeClassName != "gvisor" || s.SchedulerName != "etcd-scheduler" {
+		t.Errorf("the Pod does not carry the placement: %+v", s)
+	}
+	for name, change := range map[string]func(*v1alpha2.EtcdMember){
+		"tolerations":       func(m *v1alpha2.EtcdMember) { m.Spec.Tolerations = nil },
+		"nodeSelector":      func(m *v1alpha2.EtcdMember) { m.Spec.NodeSelector = map[string]string{"pool": "etcd"} },
+		"priorityClassName": func(m *v1alpha2.EtcdMember) { m.Spec.PriorityClassName = "" },
+		"runtimeClassName":  func(m *v1alpha2.EtcdMember) { m.Spec.RuntimeClassName = nil },
+		"schedulerName":     func(m *v1alpha2.EtcdMember) { m.Spec.SchedulerName = "other" },
+	} {
+		c := m.DeepCopy()
+		change(c)
+		if TemplateHash(c) == TemplateHash(m) {
+			t.Errorf("changing %s leaves the template hash as it is: it would not roll out", name)
+		}
+	}
+	// Empty collections are no placement at all.
+	empty := base.DeepCopy()
+	empty.Spec.Tolerations, empty.Spec.NodeSelector = []corev1.Toleration{}, map[string]string{}
+	if TemplateHash(empty) != before {
+		t.Errorf("empty tolerations and node selector change the hash")
+	}
+}
+
+// The hash of a member with placement is pinned too (see
+// TestTemplateHashIsStable).
+func TestPlacementHashIsStable(t *testing.T) {
+	m := &v1alpha2.EtcdMember{}
+	m.Spec.Version = "3.6.16"
+	m.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "etcd", Effect: corev1.TaintEffectNoSchedule}}
+	m.Spec.NodeSelector = map[string]string{"pool": "etcd"}
+	m.Spec.PriorityClassName = "etcd-critical"
+	m.Spec.RuntimeClassName = ptr.To("runc")
+	m.Spec.SchedulerName = "default-scheduler"
+	const want = "5d64a46041"
+	if got := TemplateHash(m); got != want {
+		t.Errorf("TemplateHash = %s, want %s: the hash of an unchanged member changed, which rolls every member on upgrade", got, want)
+	}
+}

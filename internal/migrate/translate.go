@@ -152,7 +152,8 @@ func (t *Translation) storage(l *Legacy, live LiveFacts) {
 }
 
 // carriedPodFields are the pod template fields with a place in the new spec.
-var carriedPodFields = []string{"affinity", "topologySpreadConstraints", "imagePullSecrets", "containers"}
+var carriedPodFields = []string{"affinity", "topologySpreadConstraints", "imagePullSecrets", "containers",
+	"tolerations", "nodeSelector", "priorityClassName", "runtimeClassName", "schedulerName"}
 
 func (t *Translation) podTemplate(l *Legacy) {
 	pt := l.Spec.PodTemplate
@@ -163,6 +164,8 @@ func (t *Translation) podTemplate(l *Legacy) {
 	s.Affinity = pt.Spec.Affinity
 	s.TopologySpreadConstraints = pt.Spec.TopologySpreadConstraints
 	s.ImagePullSecrets = pt.Spec.ImagePullSecrets
+	s.Tolerations, s.NodeSelector = pt.Spec.Tolerations, pt.Spec.NodeSelector
+	s.PriorityClassName, s.RuntimeClassName, s.SchedulerName = pt.Spec.PriorityClassName, pt.Spec.RuntimeClassName, pt.Spec.SchedulerName
 	if c := l.etcdContainer(); c != nil {
 		s.Resources = c.Resources
 	}

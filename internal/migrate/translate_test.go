@@ -120,7 +120,7 @@ func TestTranslate(t *testing.T) {
 		name: "fields without a place are dropped, each named",
 		legacy: []func(map[string]any){
 			set([]string{"options", "log-level"}, "debug"),
-			set([]string{"podTemplate", "spec", "nodeSelector"}, map[string]any{"disk": "ssd"}),
+			set([]string{"podTemplate", "spec", "serviceAccountName"}, "etcd"),
 			set([]string{"podTemplate", "spec", "containers"}, []any{
 				map[string]any{"name": "etcd", "image": "quay.io/coreos/etcd:v3.5.35", "env": []any{map[string]any{"name": "A", "value": "b"}}},
 				map[string]any{"name": "sidecar", "image": "busybox"},
@@ -131,7 +131,7 @@ func TestTranslate(t *testing.T) {
 			set([]string{"frobnicate"}, true),
 		},
 		dropped: []string{
-			"spec.options.log-level", "spec.podTemplate.spec.nodeSelector", "spec.podTemplate.spec.containers[sidecar]",
+			"spec.options.log-level", "spec.podTemplate.spec.serviceAccountName", "spec.podTemplate.spec.containers[sidecar]",
 			"spec.podTemplate.spec.containers[etcd].env", "spec.serviceTemplate", "spec.podDisruptionBudgetTemplate",
 			"spec.bootstrap", "spec.frobnicate",
 		},
@@ -140,6 +140,11 @@ func TestTranslate(t *testing.T) {
 		legacy: []func(map[string]any){
 			set([]string{"podTemplate", "metadata", "labels"}, map[string]any{"team": "storage"}),
 			set([]string{"podTemplate", "spec", "imagePullSecrets"}, []any{map[string]any{"name": "pull"}}),
+			set([]string{"podTemplate", "spec", "nodeSelector"}, map[string]any{"disk": "ssd"}),
+			set([]string{"podTemplate", "spec", "tolerations"}, []any{map[string]any{"key": "dedicated", "operator": "Exists"}}),
+			set([]string{"podTemplate", "spec", "priorityClassName"}, "etcd-critical"),
+			set([]string{"podTemplate", "spec", "runtimeClassName"}, "runc"),
+			set([]string{"podTemplate", "spec", "schedulerName"}, "etcd-scheduler"),
 			set([]string{"podTemplate", "spec", "containers"}, []any{map[string]any{"name": "etcd",
 				"resources": map[string]any{"requests": map[string]any{"cpu": "250m"}}}}),
 		},
@@ -234,6 +239,10 @@ func checkCarried(t *testing.T, tr *Translation) {
 	}
 	if len(s.ImagePullSecrets) != 1 || s.Resources.Requests.Cpu().String() != "250m" {
 		t.Errorf("pull secrets %v, resources %v", s.ImagePullSecrets, s.Resources)
+	}
+	if s.NodeSelector["disk"] != "ssd" || len(s.Tolerations) != 1 || s.PriorityClassName != "etcd-critical" ||
+		s.RuntimeClassName == nil || *s.RuntimeClassName != "runc" || s.SchedulerName != "etcd-scheduler" {
+		t.Errorf("placement not carried: %+v", s.PodSettings)
 	}
 	if len(tr.Dropped) != 0 {
 		t.Errorf("dropped %v", tr.Dropped)
