@@ -4,7 +4,8 @@
 // nothing inside has a route anywhere else, so nothing a Pod sends can leave
 // the machine. Inside, each node has a CNI bridge for its Pods (made by the
 // bridge plugin), the namespace routes between the bridges, and kube-proxy's
-// nftables rules route Services. The faults that cut Pods or whole nodes off
+// nftables rules route Services, for Pods and for the namespace's own
+// processes alike. The faults that cut Pods or whole nodes off
 // are an nftables table of the sandbox's own that drops their traffic.
 package network
 
@@ -72,8 +73,8 @@ func Create(ctx context.Context, in *instance.Instance) error {
 	}
 	steps = append(steps,
 		[]string{"-n", ns, "link", "set", instance.UplinkName, "up"},
-		// The host reaches every Pod through the namespace; the namespace
-		// itself needs no route beyond its own subnets.
+		serviceRoute(in),
+		// The host reaches every Pod through the namespace.
 		[]string{"route", "add", in.PodCIDR.String(), "via", in.APIServerIP().String(), "dev", link},
 	)
 	for _, args := range steps {
@@ -82,6 +83,21 @@ func Create(ctx context.Context, in *instance.Instance) error {
 		}
 	}
 	return os.WriteFile(filepath.Join("/proc/sys/net/ipv6/conf", link, "disable_ipv6"), []byte("1"), 0o644)
+}
+
+// serviceRoute lets the namespace's own processes (the API server calling
+// a webhook or an aggregated API) connect to cluster IPs. A connection made
+// here is routed before kube-proxy's output chain translates its address,
+// so with no route for the Service CIDR it fails at once with "network is
+// unreachable"; on a real node the default route covers it. The route
+// points at the uplink as on-link, not at the host: a packet kube-proxy
+// translates leaves by a node bridge, and one it does not (an unallocated
+// cluster IP, which kube-proxy drops anyway) finds no neighbour on the link
+// and goes nowhere. Connections come from the API server's address, which
+// every Pod routes back to.
+func serviceRoute(in *instance.Instance) []string {
+	return []string{"-n", in.NetnsName(), "route", "add", in.ServiceCIDR().String(),
+		"dev", instance.UplinkName, "src", in.APIServerIP().String()}
 }
 
 // Configure sets up the namespace from inside (the daemon runs it once it

@@ -1,11 +1,13 @@
 // Command helper is the test image of the sandbox suite: a static
 // multi-call binary (the sandbox's images have no shell) that sleeps,
-// serves HTTP, crashes, and inspects its container.
+// serves HTTP, answers admission reviews, crashes, and inspects its
+// container.
 package main
 
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -27,7 +29,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"sleep": sleep, "serve": serve, "exit": exit, "cat": cat, "write": write, "rm": rm,
 		"fstype": fstype, "id": id, "env": env, "resolve": resolve, "get": get, "terminate": terminate,
-		"kube-get": kubeGet, "alloc": alloc,
+		"kube-get": kubeGet, "alloc": alloc, "deny": deny,
 	}
 	fn, ok := cmds[os.Args[1]]
 	if !ok {
@@ -242,4 +244,42 @@ func alloc(args []string) error {
 	err = sleep(nil)
 	runtime.KeepAlive(held)
 	return err
+}
+
+// deny PORT MESSAGE is an admission webhook that refuses every request with
+// MESSAGE: it serves HTTPS on PORT with the PEM certificate and key in
+// $TLS_CERT and $TLS_KEY, and answers each AdmissionReview (v1) on any
+// path. It is the least a webhook can be that shows the API server called
+// it.
+func deny(args []string) error {
+	cert, err := tls.X509KeyPair([]byte(os.Getenv("TLS_CERT")), []byte(os.Getenv("TLS_KEY")))
+	if err != nil {
+		return err
+	}
+	message := strings.Join(args[1:], " ")
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review struct {
+			Request struct {
+				UID string `json:"uid"`
+			} `json:"request"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+			"response": map[string]any{
+				"uid": review.Request.UID, "allowed": false,
+				"status": map[string]any{"code": http.StatusForbidden, "message": message},
+			},
+		})
+	})
+	srv := &http.Server{
+		Addr: ":" + args[0], Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+	}
+	fmt.Println("denying on", args[0])
+	return srv.ListenAndServeTLS("", "")
 }
