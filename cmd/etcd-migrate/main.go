@@ -52,7 +52,9 @@ what changes. With --apply it hands the running Pods and volumes to a new
 EtcdCluster and one EtcdMember per member, without restarting any Pod or
 touching etcd's membership. Both operators must be scaled to zero first: the
 Deployments --legacy-operator and --operator name must exist at zero replicas,
-and no Deployment in any namespace may run the legacy operator's image.`,
+and no Deployment in any namespace may run the legacy operator's image. The
+legacy operator's webhook configurations, which fail every write to its
+objects once it is stopped, must be deleted (the run lists them).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,

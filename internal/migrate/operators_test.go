@@ -64,7 +64,8 @@ func stoppedOperators() []client.Object {
 
 // applyWith runs the --apply half of etcd-migrate on the given objects,
 // with an adopted cluster db in namespace ns and a legacy schedule of it to
-// carry: the first thing apply changes once its checks pass.
+// carry: the first thing apply changes once its checks pass. The webhooks
+// are looked for as Run does.
 func applyWith(t *testing.T, o Options, objs ...client.Object) (code int, out, errOut string, c client.Client) {
 	t.Helper()
 	scheme := runtime.NewScheme()
@@ -72,8 +73,13 @@ func applyWith(t *testing.T, o Options, objs ...client.Object) (code int, out, e
 	_ = v1alpha2.AddToScheme(scheme)
 	adopted := &v1alpha2.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "ns", Annotations: map[string]string{MigratedFromAnnotation: "legacy-cluster-uid"}}}
 	legacy := legacySchedule(s3Spec())
-	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, adopted, legacy.DeepCopy())...).Build()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{corev1.LabelMetadataName: "ns"}}}
+	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(append(objs, ns, adopted, legacy.DeepCopy())...).Build()
 	carry := []*SchedulePlan{PlanSchedule(legacy, func(string) bool { return true })}
+	webhooks, err := legacyWebhooks(context.Background(), c, migration{carry: carry}.namespaces())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if o.LegacyOperator == "" {
 		o.LegacyOperator = testLegacyRef
 	}
@@ -82,7 +88,7 @@ func applyWith(t *testing.T, o Options, objs ...client.Object) (code int, out, e
 	}
 	o.Apply, o.Yes = true, true
 	var stdout, stderr bytes.Buffer
-	code = apply(context.Background(), Env{Client: c}, o, nil, carry, 0, strings.NewReader(""), &stdout, &stderr)
+	code = apply(context.Background(), Env{Client: c}, o, migration{carry: carry, webhooks: webhooks}, 0, strings.NewReader(""), &stdout, &stderr)
 	return code, stdout.String(), stderr.String(), c
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,17 +107,63 @@ func Run(ctx context.Context, env Env, o Options, in io.Reader, out, errOut io.W
 	for _, b := range backupRecords(backups) {
 		b.Render(out)
 	}
-	if !o.Apply {
-		fmt.Fprintf(out, "Dry run: nothing was changed. %d cluster(s) can be adopted, %d schedule(s) carried, %d refused. Run again with --apply to adopt.\n", len(plans), len(carry), refused)
-		return exitFor(refused)
-	}
-	return apply(ctx, env, o, plans, carry, refused, in, out, errOut)
+	return finish(ctx, env, o, migration{plans: plans, carry: carry}, refused, in, out, errOut)
 }
 
-func apply(ctx context.Context, env Env, o Options, plans []*Plan, carry []*SchedulePlan, refused int, in io.Reader, out, errOut io.Writer) int {
+// finish looks for webhooks that would fail the run's writes, then sums a
+// dry run up or applies.
+func finish(ctx context.Context, env Env, o Options, m migration, refused int, in io.Reader, out, errOut io.Writer) int {
+	var err error
+	if m.webhooks, err = legacyWebhooks(ctx, env.Client, m.namespaces()); err != nil {
+		fmt.Fprintln(errOut, "Error:", err)
+		return ExitFailed
+	}
+	renderWebhooks(out, m.webhooks)
+	if !o.Apply {
+		return dryRunDone(out, m, refused)
+	}
+	return apply(ctx, env, o, m, refused, in, out, errOut)
+}
+
+// dryRunDone sums a dry run up; it fails if --apply would refuse anything.
+func dryRunDone(out io.Writer, m migration, refused int) int {
+	blocked := len(deleteCommands(m.webhooks))
+	fmt.Fprint(out, webhooksNotice(m.webhooks))
+	fmt.Fprintf(out, "Dry run: nothing was changed. %d cluster(s) can be adopted, %d schedule(s) carried, %d refused, %d webhook configuration(s) to delete first. Run again with --apply to adopt.\n",
+		len(m.plans), len(m.carry), refused, blocked)
+	return exitFor(refused + blocked)
+}
+
+// migration is what an --apply run is to do, and what stands in its way.
+type migration struct {
+	plans    []*Plan
+	carry    []*SchedulePlan
+	webhooks []WebhookFinding
+}
+
+// namespaces are the namespaces whose etcd.aenix.io objects the run
+// changes.
+func (m migration) namespaces() []string {
+	var out []string
+	for _, p := range m.plans {
+		out = append(out, p.Live.Legacy.Namespace())
+	}
+	for _, p := range m.carry {
+		out = append(out, p.Legacy.GetNamespace())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func apply(ctx context.Context, env Env, o Options, m migration, refused int, in io.Reader, out, errOut io.Writer) int {
+	plans, carry := m.plans, m.carry
 	if len(plans) == 0 && len(carry) == 0 {
 		fmt.Fprintln(out, "Nothing to adopt.")
 		return exitFor(refused)
+	}
+	if err := webhooksRefusal(m.webhooks); err != nil {
+		fmt.Fprintln(errOut, "Error:", err)
+		return ExitFailed
 	}
 	if !o.SkipOperatorCheck {
 		if err := operatorsStopped(ctx, env.Client, o); err != nil {

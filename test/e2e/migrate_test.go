@@ -58,7 +58,8 @@ func migrateOperator(ns string) string {
 func migrateRelease(ns string) string { return "eo-" + strings.TrimPrefix(ns, "e2e-") }
 
 // TestMigrate adopts a live legacy cluster of three members under a
-// continuous writer: a dry run that changes no object, then an apply that
+// continuous writer: refused while the stopped legacy operator's webhooks
+// stand, then a dry run that changes no object, then an apply that
 // is stopped after every step and re-run, then the operator, which takes the
 // cluster over without restarting a Pod or losing a key, and grows and
 // shrinks it 3 → 5 → 3 and recovers an adopted member whose volume was
@@ -76,6 +77,7 @@ func TestMigrate(t *testing.T) {
 	schedule := startLegacyBackups(t, ns, name)
 	w := startWriter(t, ns, name)
 	w.requireWritesAfter("", 20, time.Minute)
+	legacyWebhooksRefused(t, ns, name)
 
 	scheduleVersion := schedule.GetResourceVersion()
 	dryRunChangesNothing(t, ns, name,
