@@ -63,6 +63,8 @@ const (
 )
 
 // EtcdOptions is the closed, typed set of etcd flags a user may set.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.electionTimeout) ? self.electionTimeout : 1000) >= 5 * (has(self.heartbeatInterval) ? self.heartbeatInterval : 100)",message="options.electionTimeout must be at least 5 times options.heartbeatInterval (etcd's defaults: 1000 and 100 milliseconds); etcd refuses to start otherwise"
 type EtcdOptions struct {
 	// QuotaBackendBytes is --quota-backend-bytes.
 	// +kubebuilder:validation:Minimum=0
@@ -84,6 +86,21 @@ type EtcdOptions struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	SnapshotCount *int64 `json:"snapshotCount,omitempty"`
+
+	// HeartbeatInterval is --heartbeat-interval, in milliseconds (etcd's
+	// default 100): raise it towards the round trip between members when
+	// they are far apart.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	HeartbeatInterval *int32 `json:"heartbeatInterval,omitempty"`
+
+	// ElectionTimeout is --election-timeout, in milliseconds (etcd's
+	// default 1000): at least five heartbeat intervals, at most 50000.
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=50000
+	// +optional
+	ElectionTimeout *int32 `json:"electionTimeout,omitempty"`
 }
 
 // SnapshotLocation is where a snapshot is written to or restored from: exactly
@@ -231,4 +248,25 @@ type PodSettings struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	SchedulerName string `json:"schedulerName,omitempty"`
+
+	// ExtraArgs are etcd flags the typed options do not cover, by name
+	// without the leading dashes ("experimental-initial-corrupt-check":
+	// "true"), passed as --name=value after the operator's own. Flags the
+	// operator sets (identity, URLs, data directory, TLS, auth, the typed
+	// options) are refused.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z0-9][a-z0-9.-]*$') && size(k) <= 64)",message="extraArgs: a key is an etcd flag name without leading dashes, such as experimental-initial-corrupt-check"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['name','data-dir','wal-dir','listen-peer-urls','listen-client-urls','advertise-client-urls','initial-advertise-peer-urls','initial-cluster','initial-cluster-token','initial-cluster-state','listen-metrics-urls','force-new-cluster','config-file','discovery','discovery-srv','discovery-token','discovery-endpoints','cert-file','key-file','client-cert-auth','trusted-ca-file','auto-tls','client-crl-file','peer-cert-file','peer-key-file','peer-client-cert-auth','peer-trusted-ca-file','peer-auto-tls','peer-cert-allowed-hostname','peer-cert-allowed-cn','peer-crl-file','auth-token','quota-backend-bytes','auto-compaction-mode','auto-compaction-retention','snapshot-count','heartbeat-interval','election-timeout']))",messageExpression="'extraArgs: the operator sets --' + self.filter(k, k in ['name','data-dir','wal-dir','listen-peer-urls','listen-client-urls','advertise-client-urls','initial-advertise-peer-urls','initial-cluster','initial-cluster-token','initial-cluster-state','listen-metrics-urls','force-new-cluster','config-file','discovery','discovery-srv','discovery-token','discovery-endpoints','cert-file','key-file','client-cert-auth','trusted-ca-file','auto-tls','client-crl-file','peer-cert-file','peer-key-file','peer-client-cert-auth','peer-trusted-ca-file','peer-auto-tls','peer-cert-allowed-hostname','peer-cert-allowed-cn','peer-crl-file','auth-token','quota-backend-bytes','auto-compaction-mode','auto-compaction-retention','snapshot-count','heartbeat-interval','election-timeout'])[0] + ' itself; use the typed field for it if there is one (options, tls, storage), or leave it out'"
+	ExtraArgs map[string]string `json:"extraArgs,omitempty"`
+
+	// Env are environment variables of the etcd container, such as
+	// GOMAXPROCS or GOMEMLIMIT. Variables named ETCD_* are refused: etcd
+	// reads them as flags, which extraArgs sets.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !e.name.startsWith('ETCD_'))",message="env: variables named ETCD_* are etcd's flags: set them with extraArgs (the operator refuses the ones it sets itself)"
+	Env []corev1.EnvVar `json:"env,omitempty"`
 }

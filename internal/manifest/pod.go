@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -228,6 +229,8 @@ func etcdContainer(m *v1alpha2.EtcdMember, opts PodOptions) corev1.Container {
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
+	// The user's variables after the operator's; CEL keeps them off ETCD_*.
+	c.Env = append(c.Env, m.Spec.Env...)
 	guarded(m, opts, &c)
 	return c
 }
@@ -257,7 +260,8 @@ func EtcdCommand(m *v1alpha2.EtcdMember) []string {
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
 	}
 	cmd = append(cmd, optionFlags(m.Spec.Options, m.Annotations[AnnotationSnapshotCount])...)
-	return append(cmd, tlsFlags(m)...)
+	cmd = append(cmd, tlsFlags(m)...)
+	return append(cmd, extraFlags(m.Spec.ExtraArgs)...)
 }
 
 func clientTLS(m *v1alpha2.EtcdMember) bool {
@@ -284,6 +288,22 @@ func optionFlags(o *v1alpha2.EtcdOptions, snapshotCount string) []string {
 	}
 	if o.SnapshotCount != nil && snapshotCount == "" {
 		out = append(out, fmt.Sprintf("--snapshot-count=%d", *o.SnapshotCount))
+	}
+	if o.HeartbeatInterval != nil {
+		out = append(out, fmt.Sprintf("--heartbeat-interval=%d", *o.HeartbeatInterval))
+	}
+	if o.ElectionTimeout != nil {
+		out = append(out, fmt.Sprintf("--election-timeout=%d", *o.ElectionTimeout))
+	}
+	return out
+}
+
+// extraFlags renders spec.extraArgs, sorted by name so the command line is
+// the same at every build.
+func extraFlags(args map[string]string) []string {
+	out := make([]string, 0, len(args))
+	for _, k := range slices.Sorted(maps.Keys(args)) {
+		out = append(out, "--"+k+"="+args[k])
 	}
 	return out
 }

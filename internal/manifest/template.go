@@ -42,6 +42,8 @@ type rolled struct {
 	PriorityClassName string `json:"pc,omitempty"`
 	RuntimeClassName  any    `json:"rc,omitempty"`
 	SchedulerName     string `json:"sn,omitempty"`
+	ExtraArgs         any    `json:"x,omitempty"`
+	Env               any    `json:"e,omitempty"`
 }
 
 // TemplateHash is a short hash of what a member's Pod is built from.
@@ -60,6 +62,12 @@ func TemplateHash(m *v1alpha2.EtcdMember) string {
 	}
 	if s.RuntimeClassName != nil {
 		r.RuntimeClassName = s.RuntimeClassName
+	}
+	if len(s.ExtraArgs) > 0 {
+		r.ExtraArgs = s.ExtraArgs
+	}
+	if len(s.Env) > 0 {
+		r.Env = s.Env
 	}
 	b, _ := json.Marshal(r)
 	sum := sha256.Sum256(b)

@@ -126,6 +126,18 @@ var celCases = []celCase{
 	{name: "18b empty peer identity", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedHostnames: []}}", reject: "spec.tls.peer.allowedHostnames in body should have at least 1 items"},
 	{name: "18b peer identity is immutable", kind: cluster, spec: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedCommonNames: [a]}}",
 		update: "version: 3.6.16\ntls: {peer: {secretRef: {name: p}, allowedCommonNames: [b]}}", reject: "tls is immutable after creation"},
+	// 22: timing options as etcd requires them.
+	{name: "22 election five heartbeats", kind: cluster, spec: "version: 3.6.16\noptions: {heartbeatInterval: 200, electionTimeout: 1000}"},
+	{name: "22 election under five heartbeats", kind: cluster, spec: "version: 3.6.16\noptions: {heartbeatInterval: 300, electionTimeout: 1000}", reject: "options.electionTimeout must be at least 5 times options.heartbeatInterval"},
+	{name: "22 heartbeat alone against the default election", kind: cluster, spec: "version: 3.6.16\noptions: {heartbeatInterval: 250}", reject: "options.electionTimeout must be at least 5 times"},
+	{name: "22 election alone against the default heartbeat", kind: cluster, spec: "version: 3.6.16\noptions: {electionTimeout: 400}", reject: "options.electionTimeout must be at least 5 times"},
+	{name: "22 election over etcd's bound", kind: cluster, spec: "version: 3.6.16\noptions: {heartbeatInterval: 100, electionTimeout: 60000}", reject: "spec.options.electionTimeout: Invalid value: 60000: spec.options.electionTimeout in body should be less than or equal to 50000"},
+	// 23: extraArgs and env keep off what the operator sets.
+	{name: "23 an extra flag", kind: cluster, spec: "version: 3.6.16\nextraArgs: {max-txn-ops: '512', log-level: warn}\nenv: [{name: GOMAXPROCS, value: '2'}]"},
+	{name: "23 an owned flag", kind: cluster, spec: "version: 3.6.16\nextraArgs: {log-level: warn, data-dir: /tmp}", reject: "extraArgs: the operator sets --data-dir itself"},
+	{name: "23 a typed option as an extra flag", kind: cluster, spec: "version: 3.6.16\nextraArgs: {election-timeout: '5000'}", reject: "extraArgs: the operator sets --election-timeout itself"},
+	{name: "23 a flag with dashes", kind: cluster, spec: "version: 3.6.16\nextraArgs: {--log-level: warn}", reject: "extraArgs: a key is an etcd flag name without leading dashes"},
+	{name: "23 an etcd variable", kind: cluster, spec: "version: 3.6.16\nenv: [{name: ETCD_NAME, value: x}]", reject: "env: variables named ETCD_* are etcd's flags"},
 	// 19: snapshot location one-of, on the cluster's restore source.
 	{name: "19 restore from s3 and pvc", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {s3: {endpoint: e, bucket: b, key: k, credentialsSecretRef: {name: c}}, pvc: {claimName: p, subPath: s}}}}", reject: "set exactly one of s3 or pvc"},
 	{name: "19 restore from nowhere", kind: cluster, spec: "version: 3.6.16\nbootstrap: {restore: {source: {}}}", reject: "set exactly one of s3 or pvc"},

@@ -27,7 +27,7 @@ import (
 //   - a voter whose etcd does not answer the operator but whose Pod is
 //     Ready is unknown, not gone: its readiness probe is etcd's
 //     linearizable /health, which passes only with a leader;
-//   - and the state must last quorumLossGrace, several election timeouts,
+//   - and the state must last lossGrace, many election timeouts,
 //     in an unbroken run of passes (status.noLeaderSince), so that an
 //     election in progress is never called a loss.
 //
@@ -38,7 +38,23 @@ import (
 // quorumLossGrace is how long no member may name a leader before the
 // quorum is called lost: many of etcd's default 1 s election timeouts, and
 // more than the 5 s etcd waits before it accepts a membership change again.
+// A cluster with a longer election timeout (options.electionTimeout) gets
+// electionsInGrace of its own timeouts if that is longer (lossGrace).
 const quorumLossGrace = 20 * time.Second
+
+// electionsInGrace is how many election timeouts the grace covers at least.
+const electionsInGrace = 10
+
+// lossGrace is the cluster's grace before a leaderless run is called a
+// quorum loss: quorumLossGrace, or electionsInGrace of its latched
+// election timeouts when that is longer.
+func lossGrace(w *world) time.Duration {
+	o := w.cluster.Status.Observed
+	if o == nil || o.Options == nil || o.Options.ElectionTimeout == nil {
+		return quorumLossGrace
+	}
+	return max(quorumLossGrace, electionsInGrace*time.Duration(*o.Options.ElectionTimeout)*time.Millisecond)
+}
 
 // leaderlessNow reports whether, by this pass's fresh reports, the formed
 // cluster shows no sign of a quorum: no member that answers names a leader,
@@ -73,10 +89,10 @@ func noLeaderSince(w *world) *metav1.Time {
 }
 
 // quorumLost reports whether the formed cluster has lost its quorum: it is
-// leaderless now and has been for quorumLossGrace.
+// leaderless now and has been for lossGrace.
 func quorumLost(w *world) bool {
 	since := noLeaderSince(w)
-	return since != nil && w.now.Sub(since.Time) >= quorumLossGrace
+	return since != nil && w.now.Sub(since.Time) >= lossGrace(w)
 }
 
 // quorumLossTimer is how long until a leaderless cluster is called
@@ -87,7 +103,7 @@ func quorumLossTimer(w *world) *time.Duration {
 	if since == nil || quorumLost(w) {
 		return nil
 	}
-	d := since.Add(quorumLossGrace).Sub(w.now)
+	d := since.Add(lossGrace(w)).Sub(w.now)
 	return &d
 }
 
@@ -97,7 +113,7 @@ func noLeaderMessage(w *world) string {
 	since := noLeaderSince(w)
 	return fmt.Sprintf("No member that answers names a leader since %s (an election, or a quorum lost): "+
 		"the quorum is called lost if this lasts until %s", since.UTC().Format(time.RFC3339),
-		since.Add(quorumLossGrace).UTC().Format(time.RFC3339))
+		since.Add(lossGrace(w)).UTC().Format(time.RFC3339))
 }
 
 // leaderUnreachableMessage names the leader the members follow and why the

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
@@ -293,5 +294,29 @@ func TestLastReportsAreStableWhileLeaderless(t *testing.T) {
 	})
 	if got := lastReports(later); !equality.Semantic.DeepEqual(got, kept) {
 		t.Errorf("a pass a minute later keeps %+v, had %+v", got, kept)
+	}
+}
+
+// A cluster with a long election timeout gets a longer grace: ten of its
+// timeouts, never less than quorumLossGrace.
+func TestLossGraceFollowsTheElectionTimeout(t *testing.T) {
+	slow := func(ms int32) func(*world) {
+		return func(w *world) {
+			w.cluster.Status.Observed.Options = &v1alpha2.EtcdOptions{ElectionTimeout: ptr.To(ms)}
+			w.cluster.Status.NoLeaderSince = &metav1.Time{Time: t0.Add(-30 * time.Second)}
+		}
+	}
+	if w := lostQuorumWorld(manifest.RecoverDryRun, slow(1000)); lossGrace(w) != quorumLossGrace || !quorumLost(w) {
+		t.Errorf("a 1s election timeout: grace %s, lost %t after 30s", lossGrace(w), quorumLost(w))
+	}
+	w := lostQuorumWorld(manifest.RecoverDryRun, slow(5000))
+	if lossGrace(w) != 50*time.Second {
+		t.Errorf("a 5s election timeout: grace %s, want 50s", lossGrace(w))
+	}
+	if quorumLost(w) {
+		t.Error("leaderless for 30s with 5s elections: called lost within six election timeouts")
+	}
+	if d := quorumLossTimer(w); d == nil || *d != 20*time.Second {
+		t.Errorf("the pass comes back in %v, want 20s (at the end of the grace)", d)
 	}
 }

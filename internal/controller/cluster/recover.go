@@ -17,7 +17,7 @@ import (
 // Recovery from quorum loss: explicit, consented, never automatic.
 //
 // A cluster that lost quorum (quorumloss.go says exactly when: the members
-// say so, for quorumLossGrace) reports it (Available=False, QuorumLost,
+// say so, for lossGrace) reports it (Available=False, QuorumLost,
 // naming the members that are gone and since when) and does nothing else:
 // etcd may come back by itself, and only a person can decide that the
 // members that are gone will not. They ask through the annotation
@@ -196,7 +196,7 @@ func (pl *planner) answerRequest(rec *v1alpha2.RecoveryStatus) bool {
 		return false
 	case !quorumLost(w) && restoreFailedSeed(w) == nil:
 		if !settled {
-			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req, Message: notNeededMessage(req)})
+			pl.setRecovery(&v1alpha2.RecoveryStatus{Phase: v1alpha2.RecoveryNotNeeded, Request: req, Message: notNeededMessage(w, req)})
 		}
 		return false
 	}
@@ -233,8 +233,8 @@ func currentPlan(w *world, rec *v1alpha2.RecoveryStatus) *v1alpha2.RecoveryStatu
 
 // notNeededMessage answers a request on a cluster with a quorum; the token
 // it may hold is void from then on (a later plan has another).
-func notNeededMessage(req string) string {
-	msg := "etcd has a leader and a quorum (or the cluster is paused, or no member has been leaderless for " + quorumLossGrace.String() + "): nothing to recover"
+func notNeededMessage(w *world, req string) string {
+	msg := "etcd has a leader and a quorum (or the cluster is paused, or no member has been leaderless for " + lossGrace(w).String() + "): nothing to recover"
 	if req != manifest.RecoverDryRun {
 		msg += fmt.Sprintf("; the token %q is void and will never start a recovery", req)
 	}
