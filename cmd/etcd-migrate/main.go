@@ -21,8 +21,8 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/kubectletcd"
 	"github.com/seed74754924/etcd-operator/internal/migrate"
+	"github.com/seed74754924/etcd-operator/internal/portforward"
 )
 
 // version is stamped at build time (-ldflags "-X main.version=...").
@@ -117,7 +117,7 @@ func connect(kubeconfig, kubeCtx string) (migrate.Env, error) {
 	if err != nil {
 		return migrate.Env{}, fmt.Errorf("connecting to the API server: %w", err)
 	}
-	fw, err := kubectletcd.NewAPIForwarder(cfg)
+	fw, err := portforward.NewAPIForwarder(cfg)
 	if err != nil {
 		return migrate.Env{}, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/portforward"
 )
 
 // fakeEtcd is an etcd cluster as the plugin sees it through its members'
@@ -125,7 +126,7 @@ func (f *fakeEnv) Forward(_ context.Context, pod *corev1.Pod, port int) (int, fu
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.refuse[pod.Name] {
-		return 0, nil, fmt.Errorf("%w: pod %s: pods %q is forbidden", ErrPortForward, pod.Name, pod.Name)
+		return 0, nil, fmt.Errorf("%w: pod %s: pods %q is forbidden", portforward.ErrPortForward, pod.Name, pod.Name)
 	}
 	if port != manifest.ClientPort {
 		return 0, nil, fmt.Errorf("unexpected port %d", port)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/portforward"
 )
 
 // Options are the global flags that choose the target; the flags that reach
@@ -169,7 +170,7 @@ func (a *app) kubeDeps() (deps, error) {
 	if err != nil {
 		return deps{}, fmt.Errorf("connecting to the API server: %w", err)
 	}
-	fw, err := NewAPIForwarder(cfg)
+	fw, err := portforward.NewAPIForwarder(cfg)
 	if err != nil {
 		return deps{}, err
 	}

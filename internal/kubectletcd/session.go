@@ -18,13 +18,14 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/internal/portforward"
 )
 
 // deps is everything a session reaches out through; tests replace them.
 type deps struct {
 	kube      client.Client
 	namespace string
-	forwarder Forwarder
+	forwarder portforward.Forwarder
 	dial      func(context.Context, etcd.Config) (etcd.Maintenance, error)
 }
 

@@ -1,4 +1,7 @@
-package kubectletcd
+// Package portforward reaches a port of a Pod through the API server, as
+// `kubectl port-forward` does: kubectl-etcd and etcd-migrate dial etcd
+// this way from outside the cluster.
+package portforward
 
 import (
 	"context"
@@ -22,27 +25,28 @@ type Forwarder interface {
 	Forward(ctx context.Context, pod *corev1.Pod, port int) (local int, stop func(), err error)
 }
 
-// apiForwarder tunnels through the API server's port-forward subresource
+// APIForwarder tunnels through the API server's port-forward subresource
 // (SPDY), as `kubectl port-forward` does: nothing but a kubeconfig is needed,
 // the Pod network need not be reachable from here.
-type apiForwarder struct {
+type APIForwarder struct {
 	config *rest.Config
 	pods   rest.Interface
 }
 
 // NewAPIForwarder returns a Forwarder through the API server of config.
-func NewAPIForwarder(config *rest.Config) (*apiForwarder, error) {
+func NewAPIForwarder(config *rest.Config) (*APIForwarder, error) {
 	cs, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, err
 	}
-	return &apiForwarder{config: config, pods: cs.CoreV1().RESTClient()}, nil
+	return &APIForwarder{config: config, pods: cs.CoreV1().RESTClient()}, nil
 }
 
 // ErrPortForward marks a port-forward the API server or the node refused.
 var ErrPortForward = errors.New("port-forward refused")
 
-func (f *apiForwarder) Forward(ctx context.Context, pod *corev1.Pod, port int) (int, func(), error) {
+// Forward opens a local port to the Pod's port; stop closes it.
+func (f *APIForwarder) Forward(ctx context.Context, pod *corev1.Pod, port int) (int, func(), error) {
 	transport, upgrader, err := spdy.RoundTripperFor(f.config)
 	if err != nil {
 		return 0, nil, err
