@@ -182,7 +182,7 @@ lint: tools ## golangci-lint with the project's config.
 
 .PHONY: unit
 unit: tools $(TESTTIMES) ## Unit tests (no API server, no sandbox; the agents' run real etcd, etcdutl and MinIO from the toolchain).
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -json -count=1 $$($(GO) list ./... | grep -v -e /test/) \
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -json -count=1 $$($(GO) list ./... | grep -v -E '/test/(api|certmanager|e2e|release|sandbox)(/|$$)') \
 		| $(RECORD) unit
 
 .PHONY: test-api

@@ -10,7 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // rbac is what the chart grants the operator's ServiceAccount, as rules

@@ -45,7 +45,7 @@ kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-pr
 containerd_dir=$root/containerd/v$CONTAINERD_VERSION
 containerd_cmds=(containerd containerd-shim-runc-v2 ctr)
 coredns_dir=$root/coredns/v$COREDNS_VERSION
-pause_src=$here/../internal/sandbox/pause/main.go
+pause_src=$here/../test/infra/sandbox/pause/main.go
 pause_dir=$root/pause/$(sha256sum "$pause_src" | cut -c1-12)
 lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
 helm_dir=$root/helm/v$HELM_VERSION
@@ -291,8 +291,8 @@ build_pause() {
 	begin "the sandbox's pause" 1
 	local w=$work/pause
 	mkdir -p "$w/out"
-	(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$w/out/pause" ./internal/sandbox/pause >>"$log" 2>&1) ||
-		fail "internal/sandbox/pause"
+	(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$w/out/pause" ./test/infra/sandbox/pause >>"$log" 2>&1) ||
+		fail "test/infra/sandbox/pause"
 	install_dir "$w/out" "$pause_dir"
 	finish
 }

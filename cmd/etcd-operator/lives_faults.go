@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/faults"
+	"github.com/seed74754924/etcd-operator/test/infra/faults"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/prometheus"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/prometheus"
 )
 
 // knownAddons are what `up --with` installs, in this order.

@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/daemon"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/daemon"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/instance"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 func fault(ctx context.Context, args []string) error {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"runtime"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox/namespace"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/namespace"
 )
 
 // init pins the main goroutine to the main thread when the daemon still has

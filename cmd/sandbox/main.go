@@ -25,8 +25,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/namespace"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/namespace"
 )
 
 const usage = `usage: sandbox COMMAND [flags]

@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/images"
 )
 
 // TestMultiPlatformIndex packs two platforms into an OCI layout tarball and

@@ -25,7 +25,7 @@ import (
 
 	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // oidcIssuer is an OpenID Connect issuer for the test: its discovery

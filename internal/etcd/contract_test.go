@@ -18,7 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/etcd/fake"
+	"github.com/seed74754924/etcd-operator/test/infra/etcd/fake"
 )
 
 // The contract: every rule of etcd that the operator relies on, run against

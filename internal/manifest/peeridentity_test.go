@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/pki"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/pki"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // peerCluster is a cluster whose peer plane cert-manager issues.

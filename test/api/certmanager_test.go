@@ -28,7 +28,7 @@ import (
 	clustercontroller "github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	membercontroller "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // The operator's cert-manager mode (issue 10) against a real API server:

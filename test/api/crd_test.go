@@ -14,7 +14,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 func TestPrinterColumns(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 // watches start, its status writes go through the status subresource, and
 // its verdicts that need no etcd (a missing cluster, a cluster not formed, a
 // queue, a TTL of 0) land in the objects. The harness in
-// internal/controller/lifecycle covers everything with etcd.
+// test/lifecycle covers everything with etcd.
 func TestDefragControllerAgainstTheAPIServer(t *testing.T) {
 	ns := namespace(t)
 	startDefragController(t, ns)

@@ -31,7 +31,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/index"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // k is a client of the test API server, shared by every test in the package.

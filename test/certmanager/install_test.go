@@ -29,9 +29,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox/certmanager"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/certmanager"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/images"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // TestInstalledControllerIssues installs cert-manager as the sandbox does and

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/faults"
+	"github.com/seed74754924/etcd-operator/test/infra/faults"
 )
 
 const crashNS = "e2e-crash"

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/seed74754924/etcd-operator/internal/manifest"
-	"github.com/seed74754924/etcd-operator/internal/procnode"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/procnode"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // The operator's images on the integration tier's nodes: its binaries as

@@ -33,9 +33,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/procnode"
-	"github.com/seed74754924/etcd-operator/internal/sandbox"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/procnode"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // Suite-wide state, set by TestMain.

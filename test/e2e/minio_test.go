@@ -27,7 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/images"
 )
 
 // s3Server is a MinIO Pod of a suite's namespace, with a Service, reachable

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/seed74754924/etcd-operator/internal/promconfig"
+	"github.com/seed74754924/etcd-operator/test/infra/promconfig"
 )
 
 // prometheusServer is a real Prometheus (the toolchain's build) run on the

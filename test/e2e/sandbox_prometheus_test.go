@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox/prometheus"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/prometheus"
 )
 
 // TestSandboxPrometheus installs the sandbox's Prometheus add-on (`sandbox

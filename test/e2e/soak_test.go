@@ -30,7 +30,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // The soak (make soak): clusters with a writer and a reader each, and, for a

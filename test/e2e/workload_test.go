@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/internal/history"
+	"github.com/seed74754924/etcd-operator/test/infra/history"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 

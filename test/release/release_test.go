@@ -25,8 +25,8 @@ import (
 	"golang.org/x/mod/semver"
 	"sigs.k8s.io/yaml"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox/images"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/images"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 var platforms = []string{"linux-amd64", "linux-arm64", "darwin-amd64", "darwin-arm64"}

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox"
-	"github.com/seed74754924/etcd-operator/internal/sandbox/instance"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/instance"
 )
 
 // TestDownLeavesNothing: `down` removes every process (containers

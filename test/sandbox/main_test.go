@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox"
-	"github.com/seed74754924/etcd-operator/internal/tools"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox"
+	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
 // Suite-wide state, set by TestMain.

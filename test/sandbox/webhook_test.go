@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/seed74754924/etcd-operator/internal/sandbox/pki"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/pki"
 )
 
 // TestAPIServerCallsWebhooks: the API server reaches an admission webhook

@@ -23,7 +23,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	etcdfake "github.com/seed74754924/etcd-operator/internal/etcd/fake"
+	etcdfake "github.com/seed74754924/etcd-operator/test/infra/etcd/fake"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
