@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	"github.com/seed74754924/etcd-operator/test/infra/faults"
 	"github.com/seed74754924/etcd-operator/internal/metrics"
+	"github.com/seed74754924/etcd-operator/test/infra/faults"
 )
 
 // runLives runs the manager as a series of lives: with

@@ -31,11 +31,11 @@ import (
 	defragctrl "github.com/seed74754924/etcd-operator/internal/controller/defrag"
 	memberctrl "github.com/seed74754924/etcd-operator/internal/controller/member"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	etcdfake "github.com/seed74754924/etcd-operator/test/infra/etcd/fake"
-	"github.com/seed74754924/etcd-operator/test/infra/faults"
 	"github.com/seed74754924/etcd-operator/internal/index"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/secretcache"
+	etcdfake "github.com/seed74754924/etcd-operator/test/infra/etcd/fake"
+	"github.com/seed74754924/etcd-operator/test/infra/faults"
 )
 
 const ns = "default"

@@ -23,8 +23,8 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
-	etcdfake "github.com/seed74754924/etcd-operator/test/infra/etcd/fake"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	etcdfake "github.com/seed74754924/etcd-operator/test/infra/etcd/fake"
 )
 
 // Table tests of the member controller's pure decisions.
