@@ -207,66 +207,71 @@ type ObservedClusterSpec struct {
 	PodSettings `json:",inline"`
 }
 
+// Each field of EtcdClusterStatus has one writer in the cluster controller,
+// named in the line comment beside it (the table in
+// internal/controller/cluster/status.go says more). Not part of the API's
+// documentation: the blank line keeps it out.
+
 // EtcdClusterStatus is the observed state of an etcd cluster.
 type EtcdClusterStatus struct {
 	// ReadyMembers counts the running voters that are healthy by etcd's own
 	// report and serve clients.
 	// +optional
-	ReadyMembers int32 `json:"readyMembers,omitempty"`
+	ReadyMembers int32 `json:"readyMembers,omitempty"` // writer: report, from the world
 	// UpdatedMembers counts running members made from the latched target
 	// (version, resources, options, scheduling, metadata, storage size) whose
 	// Pods run it: during a roll-out, how far it has come.
 	// +optional
-	UpdatedMembers int32 `json:"updatedMembers,omitempty"`
+	UpdatedMembers int32 `json:"updatedMembers,omitempty"` // writer: report, from the world
 	// Selector selects the member Pods; it backs the /scale subresource.
 	// +optional
-	Selector string `json:"selector,omitempty"`
+	Selector string `json:"selector,omitempty"` // writer: report
 	// BrokenMembers counts members the operator found lost and is replacing.
 	// +optional
-	BrokenMembers int32 `json:"brokenMembers,omitempty"`
+	BrokenMembers int32 `json:"brokenMembers,omitempty"` // writer: report, from the world
 	// ClusterVersion is etcd's cluster version (major.minor: the lowest
 	// minor every member runs), read after version changes.
 	// +optional
-	ClusterVersion string `json:"clusterVersion,omitempty"`
+	ClusterVersion string `json:"clusterVersion,omitempty"` // writer: report, from etcd's reading; cleared by a start-over latch
 	// ClusterID is etcd's cluster ID in 16-digit hex, latched once discovered.
 	// +optional
-	ClusterID string `json:"clusterID,omitempty"`
+	ClusterID string `json:"clusterID,omitempty"` // writer: latches
 	// ClusterToken is the --initial-cluster-token, latched at first reconcile.
 	// +optional
-	ClusterToken string `json:"clusterToken,omitempty"`
+	ClusterToken string `json:"clusterToken,omitempty"` // writer: latches
 	// AuthEnabled is latched true once etcd auth was enabled.
 	// +optional
-	AuthEnabled bool `json:"authEnabled,omitempty"`
+	AuthEnabled bool `json:"authEnabled,omitempty"` // writer: the auth step's outcome; cleared by a start-over latch
 	// Observed is the latched target.
 	// +optional
-	Observed *ObservedClusterSpec `json:"observed,omitempty"`
+	Observed *ObservedClusterSpec `json:"observed,omitempty"` // writer: latches
 	// ProgressDeadline is when work towards the latched target is given up.
 	// Patch it into the past to escalate at once.
 	// +optional
-	ProgressDeadline *metav1.Time `json:"progressDeadline,omitempty"`
+	ProgressDeadline *metav1.Time `json:"progressDeadline,omitempty"` // writer: latches
 	// LastRollOut records the latest roll-out: members restarted one at a
 	// time for a new target or changed certificate material.
 	// +optional
-	LastRollOut *RollOutStatus `json:"lastRollOut,omitempty"`
+	LastRollOut *RollOutStatus `json:"lastRollOut,omitempty"` // writer: the roll's outcomes (restart, completeRollOut)
 	// Recovery is the plan and the progress of a recovery from quorum loss,
 	// asked for with the annotation etcd-operator.cozystack.io/recover
 	// (see RecoveryStatus).
 	// +optional
-	Recovery *RecoveryStatus `json:"recovery,omitempty"`
+	Recovery *RecoveryStatus `json:"recovery,omitempty"` // writer: report, from the plan
 	// NoLeaderSince is when the operator first found, in an unbroken run
 	// of passes, that no member whose etcd answers names a leader and no
 	// voter it cannot reach has a Ready Pod. The quorum is called lost (and
 	// a recovery may be planned) only once this has lasted the quorum-loss
 	// grace; it is cleared as soon as any member names a leader.
 	// +optional
-	NoLeaderSince *metav1.Time `json:"noLeaderSince,omitempty"`
+	NoLeaderSince *metav1.Time `json:"noLeaderSince,omitempty"` // writer: report, from the world
 	// LastReports are the last reports of each member's etcd the operator
 	// had when the cluster became leaderless, kept while it stays so: what
 	// a recovery plan knows of the members that no longer answer, even
 	// after the operator restarted. Cleared once a member names a leader.
 	// +listType=atomic
 	// +optional
-	LastReports []MemberReport `json:"lastReports,omitempty"`
+	LastReports []MemberReport `json:"lastReports,omitempty"` // writer: report, from the world
 	// MaintenanceLock is the one lock between the cluster controller's
 	// membership changes and member restarts and the defragmentation of a
 	// member (an EtcdDefrag's Defragment call blocks that member for up to
@@ -279,12 +284,12 @@ type EtcdClusterStatus struct {
 	// progress). A request is granted only while it is fresh, so a run
 	// that died holding the lock is not granted it again.
 	// +optional
-	MaintenanceLock *MaintenanceLock `json:"maintenanceLock,omitempty"`
+	MaintenanceLock *MaintenanceLock `json:"maintenanceLock,omitempty"` // writer: report (updateLock)
 	// Conditions: Available, Progressing, Degraded.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"` // writer: report
 }
 
 // MaintenanceLock grants one EtcdDefrag the right to block one member

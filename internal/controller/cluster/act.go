@@ -85,6 +85,8 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return outcome{err: r.setDormant(ctx, w, c.member, c.kind == setDormant)}
 	case restart:
 		return r.restart(ctx, w, c)
+	case completeRollOut:
+		return r.completeRollOut(w, c)
 	case enableDowngrade, cancelDowngrade:
 		return r.downgrade(ctx, w, c)
 	case enableAuth:

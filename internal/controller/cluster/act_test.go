@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -138,5 +140,53 @@ func TestChangeKindNames(t *testing.T) {
 		if name := k.String(); strings.HasPrefix(name, "change(") {
 			t.Errorf("change kind %d has no name", int(k))
 		}
+	}
+}
+
+// A roll-out's end is an outcome like its restarts: the plan chooses it
+// once the last member restarted is settled, and the action returns the
+// record with its completion time, leaving the world as it was.
+func TestRollOutEndIsAnOutcome(t *testing.T) {
+	r, _, _ := actReconciler(t)
+	w := healthyWorld(3, func(w *world) {
+		w.cluster.Status.LastRollOut = &v1alpha2.RollOutStatus{Cause: v1alpha2.RollOutCauseSpec, StartTime: metav1.NewTime(t0.Add(-time.Hour)),
+			Restarted: []string{"m0", "m1", "m2"}}
+		w.original = w.cluster.DeepCopy()
+	})
+	p := decide(w)
+	if p.change == nil || p.change.kind != completeRollOut {
+		t.Fatalf("a finished roll-out is not completed: %+v", p.change)
+	}
+	o := r.act(context.Background(), w, p.change)
+	if o.err != nil || o.learned.rollOut == nil || o.learned.rollOut.CompletionTime == nil || len(o.learned.rollOut.Restarted) != 3 {
+		t.Fatalf("outcome: %+v", o)
+	}
+	if w.cluster.Status.LastRollOut.CompletionTime != nil {
+		t.Fatal("the action wrote the world's status")
+	}
+	if next := w.after(o.learned); next.cluster.Status.LastRollOut.CompletionTime == nil || decide(next).change != nil {
+		t.Errorf("after the outcome the plan still has work: %+v", decide(next).change)
+	}
+}
+
+// etcd's cluster version read this pass is what the planner sees and what
+// report records; the world's status keeps the recorded one until then.
+func TestClusterVersionIsRecordedByReport(t *testing.T) {
+	w := healthyWorld(3, func(w *world) {
+		w.cluster.Status.ClusterVersion = "3.5"
+		w.original = w.cluster.DeepCopy()
+		w.etcd.clusterVersion = "3.6"
+	})
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&v1alpha2.EtcdCluster{}).WithObjects(w.original.DeepCopy()).Build()
+	r := &Reconciler{Client: c, APIReader: c, Recorder: &fakeEvents{}, Clock: clocktesting.NewFakeClock(t0)}
+	if w.clusterVersion() != "3.6" || w.cluster.Status.ClusterVersion != "3.5" {
+		t.Fatalf("clusterVersion() = %q, status %q", w.clusterVersion(), w.cluster.Status.ClusterVersion)
+	}
+	if err := r.report(context.Background(), w, decide(w), outcome{}); err != nil {
+		t.Fatal(err)
+	}
+	got := &v1alpha2.EtcdCluster{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(w.cluster), got); err != nil || got.Status.ClusterVersion != "3.6" {
+		t.Errorf("report recorded %q (%v)", got.Status.ClusterVersion, err)
 	}
 }

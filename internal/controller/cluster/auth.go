@@ -31,17 +31,18 @@ import (
 // again (etcd refusing is not something a watch reports).
 const retryAuth = 10 * time.Second
 
-// syncAuth runs beside the planner: it latches authentication that etcd
-// already has on, and brings etcd's root password to the user's Secret.
-// What goes wrong is reported; membership repair does not wait on it.
-func (r *Reconciler) syncAuth(ctx context.Context, w *world) {
+// syncAuth runs beside the planner: it learns that etcd already has
+// authentication on (status.authEnabled is set from what it learned), and
+// brings etcd's root password to the user's Secret. What goes wrong is
+// reported; membership repair does not wait on it.
+func (r *Reconciler) syncAuth(ctx context.Context, w *world) learned {
 	c := w.cluster
 	if !manifest.AuthWanted(c) || c.Status.ClusterID == "" || !w.etcd.asked {
-		return
+		return learned{}
 	}
 	if c.Status.AuthEnabled {
 		r.syncPassword(ctx, w)
-		return
+		return learned{}
 	}
 	var on bool
 	err := r.withClient(ctx, w, nil, func(ctx context.Context, cl etcd.Client) error {
@@ -50,17 +51,16 @@ func (r *Reconciler) syncAuth(ctx context.Context, w *world) {
 		return err
 	})
 	if err != nil || !on {
-		return
+		return learned{}
 	}
-	// Enabled by a pass that stopped before it latched (or by hand).
-	// Latched only with a password to log in with: every dial uses it.
+	// Enabled by a pass that stopped before it recorded it (or by hand).
+	// Recorded only with a password to log in with: every dial uses it.
 	if _, err := etcdconn.AppliedPassword(ctx, r.APIReader, c); err != nil {
-		w.features.auth = &finding{conditions.ReasonAuthCredentialsRejected,
-			"etcd has authentication on, and the operator has no root password to log in with: " + err.Error()}
-		return
+		return learned{auth: &finding{conditions.ReasonAuthCredentialsRejected,
+			"etcd has authentication on, and the operator has no root password to log in with: " + err.Error()}}
 	}
-	c.Status.AuthEnabled = true
 	r.event(c, false, conditions.ReasonAuthEnabled, "EnableAuth", "etcd already checks credentials: authentication latched")
+	return learned{authEnabled: true}
 }
 
 // enableAuth turns authentication on once the cluster reached its target.

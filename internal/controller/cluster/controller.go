@@ -155,7 +155,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// watch event brings us back. The timer only guards a lost event.
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
-	r.maintain(ctx, w)
+	w = w.after(r.maintain(ctx, w))
 	p := decide(w)
 	o := r.act(ctx, w, p.change)
 	w = w.after(o.learned)
@@ -265,8 +265,9 @@ func (r *Reconciler) actAfterLatching(ctx context.Context, w *world, p plan, o o
 
 // maintain runs the steps beside the membership planner: the cert-manager
 // Certificates, the Services, the root password. Each reports what went
-// wrong into the world's features; none stops the pass.
-func (r *Reconciler) maintain(ctx context.Context, w *world) {
+// wrong into the world's features; none stops the pass. What the
+// authentication step learned comes back to go into the world (after).
+func (r *Reconciler) maintain(ctx context.Context, w *world) learned {
 	if err := r.ensureCertificates(ctx, w); err != nil {
 		w.features.failed = append(w.features.failed, err.Error())
 		log.FromContext(ctx).Info("Ensuring the cert-manager Certificates failed; membership repair goes on", "error", err.Error())
@@ -274,13 +275,13 @@ func (r *Reconciler) maintain(ctx context.Context, w *world) {
 	if w.features.certManagerMissing != "" && w.cluster.Status.ClusterID == "" {
 		// Nothing of a new cluster could start without its certificates:
 		// nothing is created until cert-manager is there.
-		return
+		return learned{}
 	}
 	if err := r.ensureServices(ctx, w); err != nil {
 		w.features.failed = append(w.features.failed, err.Error())
 		log.FromContext(ctx).Info("Ensuring the Services failed; membership repair goes on", "error", err.Error())
 	}
-	r.syncAuth(ctx, w)
+	return r.syncAuth(ctx, w)
 }
 
 // requeue is the shortest of the timers the pass waits on: the plan's or the

@@ -132,7 +132,7 @@ func joinTarget(w *world) *v1alpha2.ObservedClusterSpec {
 // joinVersion is the version a member that joins now runs.
 func joinVersion(w *world) string {
 	target := w.cluster.Status.Observed.Version
-	cv, tv := w.cluster.Status.ClusterVersion, minorOf(target)
+	cv, tv := w.clusterVersion(), minorOf(target)
 	t, err1 := version.Parse(target)
 	c, err2 := version.Parse(cv + ".0")
 	if cv == "" || err1 != nil || err2 != nil || t.Minor >= c.Minor || t.Major != c.Major {

@@ -158,7 +158,7 @@ func TestDisruptive(t *testing.T) {
 			t.Errorf("%s is not disruptive", k)
 		}
 	}
-	for _, k := range []changeKind{latchStatus, createSeed, completeSeed, createJoiner, recordJoined, release, wake, enableDowngrade, cancelDowngrade, enableAuth, clearForce} {
+	for _, k := range []changeKind{latchStatus, createSeed, completeSeed, createJoiner, recordJoined, release, wake, completeRollOut, enableDowngrade, cancelDowngrade, enableAuth, clearForce} {
 		if disruptive(k) {
 			t.Errorf("%s is disruptive", k)
 		}

@@ -353,7 +353,7 @@ func needsClusterVersion(w *world) bool {
 }
 
 // readClusterVersion reads the cluster version from the leader (else any
-// member that answers) and records it in status.
+// member that answers); report records it in status.
 func (r *Reconciler) readClusterVersion(ctx context.Context, w *world, c etcd.Client) {
 	order := w.inEtcd()
 	if lm := w.leaderMember(); lm != nil {
@@ -368,7 +368,6 @@ func (r *Reconciler) readClusterVersion(ctx context.Context, w *world, c etcd.Cl
 		cancel()
 		if err == nil {
 			w.etcd.clusterVersion = cv
-			w.cluster.Status.ClusterVersion = cv
 			if w.etcd.leader != nil {
 				w.etcd.downgradeTarget = w.etcd.leader.DowngradeTarget
 			}

@@ -63,7 +63,7 @@ type changeKind int
 
 const (
 	// latchStatus replaces the cluster's status with change.status: the
-	// target, the token, the cluster ID, a roll-out's end.
+	// target, the token, the cluster ID, a cluster started over.
 	latchStatus changeKind = iota + 1
 	createSeed
 	completeSeed
@@ -83,6 +83,8 @@ const (
 	setDormant
 	wake
 	restart
+	// completeRollOut records the end of status.lastRollOut.
+	completeRollOut
 	enableDowngrade
 	cancelDowngrade
 	enableAuth
@@ -105,7 +107,7 @@ var changeNames = map[changeKind]string{
 	latchStatus: "latchStatus", createSeed: "createSeed", completeSeed: "completeSeed", createJoiner: "createJoiner",
 	addLearner: "addLearner", recordJoined: "recordJoined", promote: "promote", removeFromEtcd: "removeFromEtcd",
 	release: "release", removeStray: "removeStray", deleteMember: "deleteMember", setDormant: "setDormant", wake: "wake",
-	restart: "restart", enableDowngrade: "enableDowngrade", cancelDowngrade: "cancelDowngrade", enableAuth: "enableAuth",
+	restart: "restart", completeRollOut: "completeRollOut", enableDowngrade: "enableDowngrade", cancelDowngrade: "cancelDowngrade", enableAuth: "enableAuth",
 	forceNewCluster: "forceNewCluster", clearForce: "clearForce", fence: "fence", unfence: "unfence", discard: "discard",
 }
 

@@ -429,8 +429,8 @@ func (pl *planner) removeEveryMember(rec *v1alpha2.RecoveryStatus) bool {
 	next.ClusterToken = manifest.ClusterToken(w.cluster) + "-" + rec.Token
 	deadline := metav1.NewTime(w.now.Add(time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second))
 	next.ProgressDeadline = &deadline
-	next.Recovery = withPhase(rec, v1alpha2.RecoveryRebootstrapping, "Bootstrapping the cluster again from "+origin(rec))
-	pl.p.recoverySet = false
+	// status.recovery is report's, from the plan, written with the latch.
+	pl.setRecovery(withPhase(rec, v1alpha2.RecoveryRebootstrapping, "Bootstrapping the cluster again from "+origin(rec)))
 	return pl.choose(&change{kind: latchStatus, status: next, reason: conditions.ReasonRecoveringQuorum,
 		message: fmt.Sprintf("Every member is gone; bootstrapping the cluster again from %s", origin(rec))})
 }

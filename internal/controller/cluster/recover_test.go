@@ -297,7 +297,7 @@ func TestRecoveryFromASnapshot(t *testing.T) {
 		t.Fatalf("deleted members without a quorum to leave: %+v", p.change)
 	}
 	p = decide(removing(func(w *world) { w.members = nil }))
-	if p.change == nil || p.change.kind != latchStatus || p.change.status.ClusterID != "" || p.change.status.Recovery.Phase != v1alpha2.RecoveryRebootstrapping ||
+	if p.change == nil || p.change.kind != latchStatus || p.change.status.ClusterID != "" || !p.recoverySet || p.recovery.Phase != v1alpha2.RecoveryRebootstrapping ||
 		p.change.status.ClusterToken == manifest.ClusterToken(snapshotWorld("").cluster) {
 		t.Fatalf("every member gone: %+v", p.change)
 	}

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
@@ -140,13 +138,11 @@ func (pl *planner) finishRoll() bool {
 		return true
 	}
 	if lr := w.cluster.Status.LastRollOut; lr != nil && lr.CompletionTime == nil {
-		next := w.cluster.Status.DeepCopy()
-		next.LastRollOut.CompletionTime = &metav1.Time{Time: w.now}
-		return pl.choose(&change{kind: latchStatus, status: next, reason: conditions.ReasonRollingOut,
+		return pl.choose(&change{kind: completeRollOut, reason: conditions.ReasonRollingOut,
 			message: fmt.Sprintf("Roll-out complete: %d members restarted (%s)", len(lr.Restarted), lr.Message)})
 	}
 	target, err := version.Parse(w.cluster.Status.Observed.Version)
-	if err != nil || w.cluster.Status.ClusterVersion == target.MinorString() {
+	if err != nil || w.clusterVersion() == target.MinorString() {
 		return false
 	}
 	// etcd raises its cluster version by itself a moment after the last

@@ -82,6 +82,15 @@ func (r *Reconciler) evict(ctx context.Context, pod *corev1.Pod) (outcome, bool)
 	return outcome{err: fmt.Errorf("evicting pod %s: %w", pod.Name, err)}, false
 }
 
+// completeRollOut records the end of the roll-out status.lastRollOut
+// describes; report writes it.
+func (r *Reconciler) completeRollOut(w *world, c *change) outcome {
+	lr := w.cluster.Status.LastRollOut.DeepCopy()
+	lr.CompletionTime = &metav1.Time{Time: w.now}
+	r.event(w.cluster, false, c.reason, "CompleteRollOut", "%s", c.message)
+	return outcome{learned: learned{rollOut: lr}}
+}
+
 // restartRecorded is status.lastRollOut with a restart noted, a new
 // record when the last one completed.
 func restartRecorded(w *world, m *v1alpha2.EtcdMember, cause, why string) *v1alpha2.RollOutStatus {

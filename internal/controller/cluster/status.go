@@ -16,29 +16,31 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
 
-// Who writes each field of EtcdClusterStatus. Three channels lead to the
-// one write (report's merge patch): a latch (a latchStatus change, whose
-// status the planner builds whole: target.go, bootstrap.go, roll.go,
-// recover.go), an action's outcome (learned, folded in by world.after),
-// and report itself. Observations made while the world is built come
-// from observe and maintain.
+// Who writes each field of EtcdClusterStatus (the same is said beside
+// each field's declaration). Three channels lead to the one write
+// (report's merge patch): a latch (a latchStatus change, whose status the
+// planner builds: target.go, bootstrap.go, recover.go), an action's
+// outcome (learned, folded in by world.after; maintain's auth step
+// returns one too), and report itself, from the world and the plan. Each
+// field has one channel. The one exception is the latch that starts a
+// cluster over from a snapshot (removeEveryMember): the etcd cluster it
+// describes is gone, so it also clears clusterVersion and authEnabled.
 //
 //	readyMembers, updatedMembers, selector,  report, from the world
 //	brokenMembers, noLeaderSince, lastReports
+//	clusterVersion                             report, from etcd's reading
+//	                                           (observe, world.clusterVersion)
 //	maintenanceLock                            report (updateLock)
-//	conditions                                 report; a latch that adopts a
-//	                                           changed spec sets Progressing
-//	recovery                                   report, from the plan; the latch
-//	                                           that re-bootstraps a cluster
-//	clusterID, clusterToken, observed,         the latch
+//	conditions                                 report (a latch's Progressing
+//	                                           comes from its plan's progress)
+//	recovery                                   report, from the plan
+//	clusterID, clusterToken, observed,         the latches
 //	progressDeadline
-//	lastRollOut                                a restart's outcome; the latch
-//	                                           that ends a roll-out
-//	authEnabled                                enableAuth's outcome; maintain
-//	                                           (etcd has it on already); the
-//	                                           latch that re-bootstraps
-//	clusterVersion                             observe (etcd's own); the latch
-//	                                           that re-bootstraps
+//	lastRollOut                                the roll's outcomes (restart,
+//	                                           completeRollOut)
+//	authEnabled                                the auth step's outcome
+//	                                           (turnOnAuth; syncAuth finding
+//	                                           it on already)
 
 // report sets the status from the world, the plan and its outcome, emits
 // the Warning Events of what the plan held back (once per episode), and
@@ -53,6 +55,9 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	if p.recoverySet && o.err == nil {
 		r.announceRecovery(w, p.recovery)
 		st.Recovery = p.recovery
+	}
+	if w.etcd.clusterVersion != "" {
+		st.ClusterVersion = w.etcd.clusterVersion
 	}
 	st.ReadyMembers = int32(w.healthyVoters())
 	st.UpdatedMembers = int32(w.updated())

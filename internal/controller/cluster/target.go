@@ -42,8 +42,8 @@ func (pl *planner) adopt(next *v1alpha2.EtcdClusterStatus, reason, message strin
 	deadline := metav1.NewTime(w.now.Add(time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second))
 	next.ProgressDeadline = &deadline
 	msg := fmt.Sprintf("%s: %d members of etcd %s", message, next.Observed.Replicas, next.Observed.Version)
-	conditions.Set(&next.Conditions, w.cluster.Generation, conditions.Progressing, metav1.ConditionTrue, reason, msg, w.now)
-	pl.working(reason, "%s", message)
+	// Progressing comes from this, through report, with the latch.
+	pl.working(reason, "%s", msg)
 	return pl.choose(&change{kind: latchStatus, status: next, reason: reason, message: msg})
 }
 
@@ -112,7 +112,7 @@ func targetReached(w *world) bool {
 			return false
 		}
 	}
-	return w.desired() == 0 || w.cluster.Status.ClusterVersion == minorOf(w.cluster.Status.Observed.Version)
+	return w.desired() == 0 || w.clusterVersion() == minorOf(w.cluster.Status.Observed.Version)
 }
 
 // minorOf turns "3.6.16" into "3.6".

@@ -20,8 +20,8 @@ import (
 // through their controller reference, never by label), their Pods, the
 // Secrets they mount, the headless Service's endpoints, one "now", and
 // etcd's own fresh view of itself; maintain (controller.go) completes it
-// with what the steps beside membership found (features, and
-// authentication etcd already has on). From then on it is read-only: the
+// with what the steps beside membership found (features; the auth step's
+// outcome goes in through after). From then on it is read-only: the
 // planner (plan.go) reads it, actions read it and return what they learned
 // in their outcome, and a pass that goes on after an action decides on a
 // new world (after, without). Only report (status.go) writes the status,
@@ -98,7 +98,8 @@ type etcdView struct {
 	// leader in the highest term. Nil when no member that answered leads.
 	leader *etcd.Status
 	// clusterVersion is etcd's cluster version, read only while the
-	// version is being changed ("" otherwise).
+	// version is being changed ("" otherwise). Read it through
+	// world.clusterVersion; report records it in status.
 	clusterVersion string
 	// downgradeTarget is the version of a downgrade etcd has enabled.
 	downgradeTarget string
@@ -154,6 +155,15 @@ type learned struct {
 	auth *finding
 	// failed are steps that failed after the plan (the budget).
 	failed []string
+}
+
+// clusterVersion is etcd's cluster version: as read this pass, else as
+// recorded in status.
+func (w *world) clusterVersion() string {
+	if w.etcd.clusterVersion != "" {
+		return w.etcd.clusterVersion
+	}
+	return w.cluster.Status.ClusterVersion
 }
 
 // after is the world as it is once an action did what l says: a new
