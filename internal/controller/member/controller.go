@@ -1,7 +1,9 @@
 // Package member is the EtcdMember controller: it makes one member real (PVC,
 // Pod, flags), reports facts about it (etcd member ID, voter or learner,
-// readiness, running version, whether it is lost) and removes it from etcd
-// through its finalizer.
+// readiness, running version, whether it is lost). It holds the member's
+// finalizer, but removing a member from etcd is the cluster controller's
+// (finalizer.go): it releases the finalizer only when there is no cluster
+// left to remove the member from.
 package member
 
 import (

@@ -12,9 +12,10 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 )
 
-// The member's status: the member controller is its only writer (but for
-// IsVoter, which the cluster controller records when it promotes or seeds a
-// member). Conditions are set through set, and the status is written once
+// The member's status: the member controller writes it, but for IsVoter,
+// which the cluster controller records when it promotes or seeds a member,
+// and MemberID, which a promotion records when the member controller's own
+// discovery has not yet. Conditions are set through set, and the status is written once
 // per pass, only when it changed.
 
 // writeStatus writes the status when the pass changed it.
