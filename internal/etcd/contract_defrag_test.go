@@ -102,3 +102,7 @@ func (c *realCluster) raiseNoSpace(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 }
+
+func (f *hollowCluster) raiseNoSpace(_ *testing.T, name string) {
+	f.c.RaiseAlarm(f.peerURL(name), etcd.AlarmNoSpace)
+}

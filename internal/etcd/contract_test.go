@@ -52,6 +52,9 @@ func TestContract(t *testing.T) {
 		t.Run("fake/"+sc.name, func(t *testing.T) {
 			sc.run(t, newFakeCluster())
 		})
+		t.Run("hollow/"+sc.name, func(t *testing.T) {
+			sc.run(t, newHollowCluster(t))
+		})
 		t.Run("etcd/"+sc.name, func(t *testing.T) {
 			if testing.Short() {
 				t.Skip("real etcd servers take seconds; -short runs the fake only")
@@ -463,6 +466,12 @@ func (f *fakeCluster) client(t *testing.T, names ...string) etcd.Client {
 
 func (f *fakeCluster) eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
+	stepUntil(t, f.clock, what, cond)
+}
+
+// stepUntil polls cond, moving the fake's clock one second per poll.
+func stepUntil(t *testing.T, clk *clocktesting.FakeClock, what string, cond func() (bool, string)) {
+	t.Helper()
 	last := ""
 	for range 30 {
 		ok, seen := cond()
@@ -470,7 +479,7 @@ func (f *fakeCluster) eventually(t *testing.T, what string, cond func() (bool, s
 			return
 		}
 		last = seen
-		f.clock.Step(time.Second)
+		clk.Step(time.Second)
 	}
 	t.Fatalf("%s: not within 30 s of fake time; last: %s", what, last)
 }
@@ -654,4 +663,79 @@ func (c *realCluster) eventually(t *testing.T, what string, cond func() (bool, s
 	if err != nil {
 		t.Fatalf("%s: not within 30 s; last: %s", what, last)
 	}
+}
+
+// --- hollow members -------------------------------------------------------
+
+// hollowCluster is the fake served over etcd's wire protocol (fake.Hollow),
+// dialled with the real client: what the scale harness runs by the
+// thousand. Each member listens on an address of its own in 127.0.0.0/8.
+type hollowCluster struct {
+	c     *fake.Cluster
+	h     *fake.Hollow
+	clock *clocktesting.FakeClock
+	base  string
+	ips   map[string]string
+}
+
+func newHollowCluster(t *testing.T) *hollowCluster {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	c := fake.New(0xc1a5, clk)
+	h := fake.NewHollow(c)
+	h.RequestTimeout = 2 * time.Second
+	t.Cleanup(h.Close)
+	// A block of loopback addresses of its own, so parallel runs do not meet.
+	n := time.Now().UnixNano()
+	return &hollowCluster{c: c, h: h, clock: clk, base: fmt.Sprintf("127.%d.%d.", 64+n%128, (n/128)%256), ips: map[string]string{}}
+}
+
+func (f *hollowCluster) ip(name string) string {
+	if f.ips[name] == "" {
+		f.ips[name] = f.base + strconv.Itoa(len(f.ips)+1)
+	}
+	return f.ips[name]
+}
+
+func (f *hollowCluster) peerURL(name string) string   { return "http://" + f.ip(name) + ":2380" }
+func (f *hollowCluster) clientURL(name string) string { return "http://" + f.ip(name) + ":2379" }
+func (f *hollowCluster) healthURL(name string) string { return "http://" + f.ip(name) + ":2381/health" }
+
+func (f *hollowCluster) start(t *testing.T, name string) {
+	t.Helper()
+	m := fake.HollowMember{Name: name, PeerURL: f.peerURL(name), ClientURL: f.clientURL(name), Addr: f.ip(name), MetricsPort: 2381}
+	if len(f.c.Members()) == 0 {
+		if err := f.h.Bootstrap(m); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := f.h.Start(m); err != nil {
+		t.Fatal(err)
+	}
+	f.c.CatchUp(f.peerURL(name))
+}
+
+func (f *hollowCluster) stop(_ *testing.T, name string) { f.h.Stop(name) }
+
+func (f *hollowCluster) client(t *testing.T, names ...string) etcd.Client {
+	cl, err := f.dial(t, etcd.Config{Endpoints: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+func (f *hollowCluster) dial(t *testing.T, cfg etcd.Config) (etcd.Client, error) {
+	cfg.Endpoints, cfg.LoginVia = urls(cfg.Endpoints, f.clientURL), urls(cfg.LoginVia, f.clientURL)
+	cfg.DialTimeout = 2 * time.Second
+	cl, err := etcd.Dial(context.Background(), cfg)
+	if err == nil {
+		t.Cleanup(func() { _ = cl.Close() })
+	}
+	return cl, err
+}
+
+func (f *hollowCluster) eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	stepUntil(t, f.clock, what, cond)
 }

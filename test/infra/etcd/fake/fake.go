@@ -18,7 +18,9 @@
 //     not until Publish.
 //
 // internal/etcd/contract_test.go runs the same scenarios against this fake and
-// against real etcd servers, so the two stay in agreement.
+// against real etcd servers, so the two stay in agreement; and a third time
+// against the fake served over etcd's wire protocol (Hollow, hollow.go),
+// dialled with the real client, as the scale harness runs it.
 package fake
 
 import (
