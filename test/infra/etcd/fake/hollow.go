@@ -10,13 +10,12 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -54,6 +53,9 @@ type Hollow struct {
 	// users are the users etcd was asked to add before auth is enabled
 	// (only root matters to the fake), with their password.
 	users map[string]string
+	// calls counts the requests the members answered (gRPC, /version,
+	// /health).
+	calls atomic.Int64
 	// RequestTimeout is how long a request that cannot be served through
 	// raft waits before etcd says so, when the client set no deadline
 	// (etcd's own is about 7 s).
@@ -139,7 +141,11 @@ func (h *Hollow) open(m HollowMember, start func() error) error {
 		_ = ml.Close()
 		return err
 	}
-	s := &hollowServer{m: m, grpc: grpc.NewServer()}
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		h.calls.Add(1)
+		return next(ctx, req)
+	}
+	s := &hollowServer{m: m, grpc: grpc.NewServer(grpc.UnaryInterceptor(count))}
 	member := &hollowMember{h: h, m: m}
 	pb.RegisterClusterServer(s.grpc, member)
 	pb.RegisterMaintenanceServer(s.grpc, member)
@@ -154,7 +160,11 @@ func (h *Hollow) open(m HollowMember, start func() error) error {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	s.client = &http.Server{Handler: h2c.NewHandler(both, &http2.Server{}), ReadHeaderTimeout: 10 * time.Second}
+	// gRPC comes as HTTP/2 without TLS, /version as HTTP/1.1.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	s.client = &http.Server{Handler: both, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
 	hm := http.NewServeMux()
 	hm.HandleFunc("/health", member.healthz)
 	s.health = &http.Server{Handler: hm, ReadHeaderTimeout: 10 * time.Second}
@@ -193,10 +203,10 @@ func (s *hollowMember) client(ctx context.Context) *client {
 	return f
 }
 
-func (s *hollowMember) header(id uint64) *pb.ResponseHeader {
+func (s *hollowMember) header() *pb.ResponseHeader {
 	s.h.c.mu.Lock()
 	defer s.h.c.mu.Unlock()
-	h := &pb.ResponseHeader{ClusterId: s.h.c.clusterID, MemberId: id}
+	h := &pb.ResponseHeader{ClusterId: s.h.c.clusterID}
 	if m := s.h.c.byClient(s.m.ClientURL); m != nil {
 		h.MemberId, h.RaftTerm = m.ID, m.term
 	}
@@ -258,7 +268,7 @@ func (s *hollowMember) MemberList(ctx context.Context, _ *pb.MemberListRequest) 
 	if err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	resp := &pb.MemberListResponse{Header: s.header(0)}
+	resp := &pb.MemberListResponse{Header: s.header()}
 	for _, m := range l.Members {
 		resp.Members = append(resp.Members, wireMember(m))
 	}
@@ -283,7 +293,7 @@ func (s *hollowMember) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*
 	if err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	resp := &pb.MemberAddResponse{Header: s.header(0), Member: wireMember(*m)}
+	resp := &pb.MemberAddResponse{Header: s.header(), Member: wireMember(*m)}
 	for _, x := range l.Members {
 		resp.Members = append(resp.Members, wireMember(x))
 	}
@@ -294,14 +304,14 @@ func (s *hollowMember) MemberPromote(ctx context.Context, r *pb.MemberPromoteReq
 	if err := s.client(ctx).MemberPromote(ctx, r.ID); err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	return &pb.MemberPromoteResponse{Header: s.header(0)}, nil
+	return &pb.MemberPromoteResponse{Header: s.header()}, nil
 }
 
 func (s *hollowMember) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
 	if err := s.client(ctx).MemberRemove(ctx, r.ID); err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	return &pb.MemberRemoveResponse{Header: s.header(0)}, nil
+	return &pb.MemberRemoveResponse{Header: s.header()}, nil
 }
 
 func (s *hollowMember) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
@@ -325,14 +335,14 @@ func (s *hollowMember) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) 
 	if err := s.client(ctx).MoveLeader(ctx, r.TargetID); err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	return &pb.MoveLeaderResponse{Header: s.header(0)}, nil
+	return &pb.MoveLeaderResponse{Header: s.header()}, nil
 }
 
 func (s *hollowMember) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
 	if err := s.client(ctx).Defragment(ctx, s.m.ClientURL); err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	return &pb.DefragmentResponse{Header: s.header(0)}, nil
+	return &pb.DefragmentResponse{Header: s.header()}, nil
 }
 
 func (s *hollowMember) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
@@ -354,7 +364,7 @@ func (s *hollowMember) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.Alarm
 	if err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	resp := &pb.AlarmResponse{Header: s.header(0)}
+	resp := &pb.AlarmResponse{Header: s.header()}
 	for _, a := range alarms {
 		resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: a.MemberID, Alarm: pb.AlarmType(pb.AlarmType_value[a.Type])})
 	}
@@ -371,7 +381,7 @@ func (s *hollowMember) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*
 	if err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	return &pb.DowngradeResponse{Header: s.header(0), Version: v + ".0"}, nil
+	return &pb.DowngradeResponse{Header: s.header(), Version: v + ".0"}, nil
 }
 
 func (s *hollowMember) AuthStatus(ctx context.Context, _ *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
@@ -385,7 +395,7 @@ func (s *hollowMember) AuthStatus(ctx context.Context, _ *pb.AuthStatusRequest) 
 	if err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	return &pb.AuthStatusResponse{Header: s.header(0), Enabled: on}, nil
+	return &pb.AuthStatusResponse{Header: s.header(), Enabled: on}, nil
 }
 
 func (s *hollowMember) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
@@ -399,7 +409,7 @@ func (s *hollowMember) Authenticate(ctx context.Context, r *pb.AuthenticateReque
 	if !on {
 		return nil, rpctypes.ErrGRPCAuthNotEnabled
 	}
-	return &pb.AuthenticateResponse{Header: s.header(0), Token: token}, nil
+	return &pb.AuthenticateResponse{Header: s.header(), Token: token}, nil
 }
 
 // UserAdd, UserGrantRole and AuthEnable are the steps of
@@ -415,7 +425,7 @@ func (s *hollowMember) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*
 		return nil, rpctypes.ErrGRPCUserAlreadyExist
 	}
 	s.h.users[r.Name] = r.Password
-	return &pb.AuthUserAddResponse{Header: s.header(0)}, nil
+	return &pb.AuthUserAddResponse{Header: s.header()}, nil
 }
 
 func (s *hollowMember) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
@@ -428,7 +438,7 @@ func (s *hollowMember) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRol
 	if !ok {
 		return nil, rpctypes.ErrGRPCUserNotFound
 	}
-	return &pb.AuthUserGrantRoleResponse{Header: s.header(0)}, nil
+	return &pb.AuthUserGrantRoleResponse{Header: s.header()}, nil
 }
 
 func (s *hollowMember) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
@@ -448,7 +458,7 @@ func (s *hollowMember) UserChangePassword(ctx context.Context, r *pb.AuthUserCha
 		return nil, rpctypes.ErrGRPCUserNotFound
 	}
 	s.h.users[r.Name] = r.Password
-	return &pb.AuthUserChangePasswordResponse{Header: s.header(0)}, nil
+	return &pb.AuthUserChangePasswordResponse{Header: s.header()}, nil
 }
 
 func (s *hollowMember) AuthEnable(ctx context.Context, _ *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
@@ -461,7 +471,7 @@ func (s *hollowMember) AuthEnable(ctx context.Context, _ *pb.AuthEnableRequest) 
 	if err := s.client(ctx).EnableRootAuth(ctx, pw); err != nil {
 		return nil, s.wireError(ctx, err)
 	}
-	return &pb.AuthEnableResponse{Header: s.header(0)}, nil
+	return &pb.AuthEnableResponse{Header: s.header()}, nil
 }
 
 // raft is what a write through raft needs: a member that reaches a
@@ -476,6 +486,7 @@ func (s *hollowMember) raft(ctx context.Context) error {
 
 // version serves etcd's /version document.
 func (s *hollowMember) version(w http.ResponseWriter, r *http.Request) {
+	s.h.calls.Add(1)
 	f := s.client(r.Context())
 	cv, err := f.ClusterVersion(r.Context(), s.m.ClientURL)
 	if err != nil {
@@ -494,6 +505,7 @@ func (s *hollowMember) version(w http.ResponseWriter, r *http.Request) {
 
 // healthz serves etcd's /health document on the metrics listener.
 func (s *hollowMember) healthz(w http.ResponseWriter, r *http.Request) {
+	s.h.calls.Add(1)
 	pu, err := url.Parse(s.m.PeerURL)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -508,3 +520,39 @@ func (s *hollowMember) healthz(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.NewEncoder(w).Encode(map[string]string{"health": "true", "reason": ""})
 }
+
+// Healthy reports what the member's /health would say.
+func (h *Hollow) Healthy(name string) bool {
+	h.mu.Lock()
+	s := h.up[name]
+	h.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	pu, err := url.Parse(s.m.PeerURL)
+	if err != nil {
+		return false
+	}
+	f := &client{c: h.c, cfg: etcd.Config{Endpoints: []string{s.m.ClientURL}}}
+	return f.Health(context.Background(), "http://"+pu.Hostname()+"/health") == nil
+}
+
+// Up reports whether the member's listeners are open.
+func (h *Hollow) Up(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.up[name] != nil
+}
+
+// Listed reports whether etcd's membership lists the peer URL.
+func (h *Hollow) Listed(peerURL string) bool {
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	return h.c.byPeer(peerURL) != nil
+}
+
+// Calls counts the requests the members answered so far.
+func (h *Hollow) Calls() int64 { return h.calls.Load() }
+
+// Cluster is the fake cluster the members belong to.
+func (h *Hollow) Cluster() *Cluster { return h.c }
