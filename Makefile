@@ -182,7 +182,7 @@ lint: tools ## golangci-lint with the project's config.
 
 .PHONY: unit
 unit: tools $(TESTTIMES) ## Unit tests (no API server, no sandbox; the agents' run real etcd, etcdutl and MinIO from the toolchain).
-	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -json -count=1 $$($(GO) list ./... | grep -v -E '/test/(api|certmanager|e2e|release|sandbox)(/|$$)') \
+	ETCD_OPERATOR_TOOLS_BIN="$$(hack/tools.sh | tail -n1)" $(GO) test -json -count=1 $$($(GO) list ./... | grep -v -E '/test/(api|certmanager|e2e|release|sandbox|scale)(/|$$)') \
 		| $(RECORD) unit
 
 .PHONY: test-api
@@ -299,6 +299,13 @@ run-e2e-full:
 .PHONY: bench
 bench: tools sandbox-deps sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
 	$(TOOLS_ENV) $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
+
+SCALE_FLEETS ?= 100,300,1000
+SCALE_REST ?= 60s
+.PHONY: scale
+scale: tools ## One operator in front of fleets of hollow 3-member clusters (SCALE_FLEETS); prints a table, writes bench/scale.json (needs root).
+	SCALE_FLEETS=$(SCALE_FLEETS) SCALE_REST=$(SCALE_REST) $(TOOLS_ENV) $(GO) test -count=1 -timeout 180m -run '^TestScale$$' -v ./test/scale/ \
+		| grep -v '^=== \|^--- \|^PASS\|^ok '
 
 SOAK_DURATION ?= 30m
 SOAK_SEED ?= 0
