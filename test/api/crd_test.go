@@ -19,7 +19,7 @@ import (
 
 func TestPrinterColumns(t *testing.T) {
 	want := map[string][]string{
-		"etcdclusters":          {"Version", "Replicas", "Ready", "Age"},
+		"etcdclusters":          {"Version", "Replicas", "Ready", "Available", "Age"},
 		"etcdmembers":           {"Cluster", "Version", "Running", "Ready", "Age"},
 		"etcdsnapshots":         {"Cluster", "Phase", "Verified", "Age"},
 		"etcddefrags":           {"Cluster", "Phase", "Defragmented", "Age"},
