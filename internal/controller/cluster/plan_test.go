@@ -560,3 +560,22 @@ func TestMayFollow(t *testing.T) {
 		}
 	}
 }
+
+// A member that is unhealthy while nothing rolls is not reported as a
+// roll-out waiting for it (a crash-looping member showed
+// Progressing=RollingOut though no member was being restarted); during a
+// roll-out, the next restart still waits for it.
+func TestUnhealthyMemberIsNoRollOut(t *testing.T) {
+	p := decide(healthyWorld(3, podNotReady("m1")))
+	if p.progress.reason == conditions.ReasonRollingOut {
+		t.Errorf("nothing rolls, yet the plan says %s: %s", p.progress.reason, p.progress.message)
+	}
+	rolling := func(w *world) {
+		w.cluster.Status.LastRollOut = &v1alpha2.RollOutStatus{Cause: v1alpha2.RollOutCauseSpec, StartTime: metav1.NewTime(t0.Add(-time.Minute)),
+			Restarted: []string{"m0"}}
+	}
+	p = decide(healthyWorld(3, podNotReady("m1"), rolling))
+	if p.change != nil || p.progress.reason != conditions.ReasonRollingOut {
+		t.Errorf("a roll-out in flight went on past an unhealthy member: %+v (%s)", p.change, p.progress.reason)
+	}
+}

@@ -132,18 +132,24 @@ func readyToRoll(w *world) bool {
 
 // finishRoll waits for the last member restarted, records the roll-out's
 // end, and waits for etcd's cluster version to reach the target's minor.
+// With no roll-out in flight and the version reached there is nothing to
+// finish: a member unhealthy then is the repair stages' to report, not a
+// roll-out waiting for it.
 func (pl *planner) finishRoll() bool {
 	w := pl.w
+	lr := w.cluster.Status.LastRollOut
+	inFlight := lr != nil && lr.CompletionTime == nil
+	target, err := version.Parse(w.cluster.Status.Observed.Version)
+	versionReached := err != nil || w.clusterVersion() == target.MinorString()
+	if !inFlight && versionReached {
+		return false
+	}
 	if pl.waitSettled() {
 		return true
 	}
-	if lr := w.cluster.Status.LastRollOut; lr != nil && lr.CompletionTime == nil {
+	if inFlight {
 		return pl.choose(&change{kind: completeRollOut, reason: conditions.ReasonRollingOut,
 			message: fmt.Sprintf("Roll-out complete: %d members restarted (%s)", len(lr.Restarted), lr.Message)})
-	}
-	target, err := version.Parse(w.cluster.Status.Observed.Version)
-	if err != nil || w.clusterVersion() == target.MinorString() {
-		return false
 	}
 	// etcd raises its cluster version by itself a moment after the last
 	// member; it is not watched.
