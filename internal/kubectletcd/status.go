@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -40,16 +41,26 @@ type StatusRow struct {
 
 func (a *app) statusCommand() *cobra.Command {
 	var output *outputFlags
+	var all bool
 	c := &cobra.Command{
 		Use:   "status",
 		Short: "Show each member's status: DB size and use, leader, raft term and index, learner, alarms, version",
 		Long: `Show the status of the -p Pod's member, or of every member of the -c cluster in
 one table. Exits 1 when a member could not be read (its row says why).
--o wide adds each member's peer URLs, the leader it follows, its Pod and node.`,
+-o wide adds each member's peer URLs, the leader it follows, its Pod and node.
+
+With -A, show every EtcdCluster of every namespace, one line each, from what
+the operator reports in the API (no member is dialled): Available, ready
+members of the desired, version, what it is doing, the age of its last
+complete snapshot, and etcd's alarms. Exits 1 when a cluster is not
+Available.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.validate(); err != nil {
 				return err
+			}
+			if all {
+				return a.fleetStatus(cmd, output)
 			}
 			return a.withSession(cmd, func(ctx context.Context, s *session) error {
 				rows, err := s.status(ctx)
@@ -64,7 +75,28 @@ one table. Exits 1 when a member could not be read (its row says why).
 		},
 	}
 	output = addOutputFlags(c)
+	c.Flags().BoolVarP(&all, "all-namespaces", "A", false, "one line per EtcdCluster of every namespace (not with -p or -c)")
 	return c
+}
+
+// fleetStatus is `status -A`.
+func (a *app) fleetStatus(cmd *cobra.Command, output *outputFlags) error {
+	if a.opts.Pod != "" || a.opts.Cluster != "" {
+		return usageError("-A/--all-namespaces shows every cluster: leave out -p/--pod and -c/--cluster")
+	}
+	d, err := a.connect()
+	if err != nil {
+		return err
+	}
+	rows, err := fleet(cmd.Context(), d.kube)
+	if err != nil {
+		return err
+	}
+	list := &ClusterStatusList{TypeMeta: resultType("ClusterStatusList"), Items: nonNil(rows)}
+	if err := output.print(cmd.OutOrStdout(), list, fleetTable(rows, time.Now())); err != nil {
+		return err
+	}
+	return unavailable(rows)
 }
 
 // status reads the target's members: the -p Pod's own, or every member etcd
