@@ -94,8 +94,8 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 		Spec: corev1.PodSpec{
 			Hostname:                     m.Name,
 			Subdomain:                    ServiceName(m),
-			Affinity:                     m.Spec.Affinity,
-			TopologySpreadConstraints:    m.Spec.TopologySpreadConstraints,
+			Affinity:                     affinity(m),
+			TopologySpreadConstraints:    spread(m),
 			ImagePullSecrets:             m.Spec.ImagePullSecrets,
 			Tolerations:                  m.Spec.Tolerations,
 			NodeSelector:                 m.Spec.NodeSelector,
@@ -433,4 +433,44 @@ func AdoptedUser(m *v1alpha2.EtcdMember) (int64, bool) {
 		return 0, false
 	}
 	return uid, true
+}
+
+// Members of a cluster spread over nodes, and over zones where nodes carry
+// zone labels, unless the cluster says otherwise: a preferred
+// anti-affinity by host name when it sets no pod anti-affinity of its own,
+// and a zone spread constraint when it sets none. Both only score nodes:
+// members that must share a node (nodes down, or fewer nodes than members)
+// still schedule. They are not part of the template hash, so an operator
+// upgrade restarts nothing; a member's next Pod gets them.
+const (
+	LabelHostname = "kubernetes.io/hostname"
+	LabelZone     = "topology.kubernetes.io/zone"
+)
+
+func affinity(m *v1alpha2.EtcdMember) *corev1.Affinity {
+	if a := m.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+		return a
+	}
+	a := &corev1.Affinity{}
+	if m.Spec.Affinity != nil {
+		a = m.Spec.Affinity.DeepCopy()
+	}
+	a.PodAntiAffinity = &corev1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+		Weight: 100,
+		PodAffinityTerm: corev1.PodAffinityTerm{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: ClusterSelector(m.Spec.ClusterName)},
+			TopologyKey:   LabelHostname,
+		},
+	}}}
+	return a
+}
+
+func spread(m *v1alpha2.EtcdMember) []corev1.TopologySpreadConstraint {
+	if len(m.Spec.TopologySpreadConstraints) > 0 {
+		return m.Spec.TopologySpreadConstraints
+	}
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: LabelZone, WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: ClusterSelector(m.Spec.ClusterName)},
+	}}
 }
