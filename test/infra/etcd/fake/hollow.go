@@ -141,12 +141,16 @@ func (h *Hollow) open(m HollowMember, start func() error) error {
 		_ = ml.Close()
 		return err
 	}
+	member := &hollowMember{h: h, m: m}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 		h.calls.Add(1)
+		if member.cut() {
+			// Its client port drops packets: the call waits for its end.
+			return nil, member.wireError(ctx, context.DeadlineExceeded)
+		}
 		return next(ctx, req)
 	}
 	s := &hollowServer{m: m, grpc: grpc.NewServer(grpc.UnaryInterceptor(count))}
-	member := &hollowMember{h: h, m: m}
 	pb.RegisterClusterServer(s.grpc, member)
 	pb.RegisterMaintenanceServer(s.grpc, member)
 	pb.RegisterAuthServer(s.grpc, member)
@@ -211,6 +215,14 @@ func (s *hollowMember) header() *pb.ResponseHeader {
 		h.MemberId, h.RaftTerm = m.ID, m.term
 	}
 	return h
+}
+
+// cut reports whether the member's client port drops every packet
+// (Cluster.CutClients).
+func (s *hollowMember) cut() bool {
+	s.h.c.mu.Lock()
+	defer s.h.c.mu.Unlock()
+	return s.h.c.cutAt(s.m.ClientURL) != nil
 }
 
 // wireError turns the fake's refusal into etcd's gRPC error. A request
@@ -487,6 +499,10 @@ func (s *hollowMember) raft(ctx context.Context) error {
 // version serves etcd's /version document.
 func (s *hollowMember) version(w http.ResponseWriter, r *http.Request) {
 	s.h.calls.Add(1)
+	if s.cut() {
+		<-r.Context().Done()
+		return
+	}
 	f := s.client(r.Context())
 	cv, err := f.ClusterVersion(r.Context(), s.m.ClientURL)
 	if err != nil {
