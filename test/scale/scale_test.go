@@ -129,7 +129,7 @@ func TestScale(t *testing.T) {
 		atRest(ctx, t, op, k, &f)
 		f.ActLatencyP50Seconds, f.ActLatencyP99Seconds = actLatencies(ctx, t, c, kube, w, size, nil)
 		sick := sicken(k, size)
-		time.Sleep(30 * time.Second) // the sick clusters' calls are under way
+		waitSickAsked(ctx, t, k, sick)
 		_, f.ActLatencyP99SickSeconds = actLatencies(ctx, t, c, kube, w, size, sick)
 		heal(k, sick)
 		waitAvailable(ctx, t, c, size)
@@ -292,6 +292,26 @@ func sicken(k *hollowKubelet, n int) map[client.ObjectKey]bool {
 		}
 	}
 	return sick
+}
+
+// waitSickAsked waits until the operator has called every sick cluster's
+// members since they were cut (its health poll reaches each within 30 s),
+// so the samples that follow are taken while those calls hold workers.
+func waitSickAsked(ctx context.Context, t *testing.T, k *hollowKubelet, sick map[client.ObjectKey]bool) {
+	t.Helper()
+	before := map[client.ObjectKey]int64{}
+	for key := range sick {
+		before[key] = k.hollow(key.Namespace, key.Name).Calls()
+	}
+	waitFor(ctx, t, "the operator calling the sick clusters", 2*time.Minute, time.Second, func() (bool, string) {
+		waiting := 0
+		for key, n := range before {
+			if k.hollow(key.Namespace, key.Name).Calls() == n {
+				waiting++
+			}
+		}
+		return waiting == 0, fmt.Sprintf("%d of %d sick clusters not called yet", waiting, len(before))
+	})
 }
 
 func heal(k *hollowKubelet, sick map[client.ObjectKey]bool) {
