@@ -57,7 +57,15 @@ type options struct {
 	etcdRepository         string
 	watchNamespaces        string
 	toolsVolume            string
+	clusterWorkers         int
+	leaderElectionID       string
+	memberWorkers          int
 }
+
+// defaultLeaderElectionID names the leader-election Lease. It never
+// changes: an operator upgrade whose new Pod took another Lease would act
+// beside the old one until that stopped.
+const defaultLeaderElectionID = "aa20b3a9.etcd-operator.cozystack.io"
 
 func main() {
 	if code, ok := runAgent(os.Args[1:]); ok {
@@ -82,6 +90,8 @@ func main() {
 	fs.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz.")
 	fs.StringVar(&opts.pprofAddr, "pprof-bind-address", "0", "Address Go's profiling endpoints (/debug/pprof/) bind to, unauthenticated; 0 (the default) disables them.")
 	fs.BoolVar(&opts.leaderElect, "leader-elect", false, "Elect a leader so that only one replica acts at a time.")
+	fs.StringVar(&opts.leaderElectionID, "leader-election-id", defaultLeaderElectionID,
+		"Name of the leader-election Lease, in the operator's namespace: operators that watch different namespaces from one namespace need different names.")
 	fs.StringVar(&opts.clusterDomain, "cluster-domain", "", "Cluster DNS domain for certificate names; detected from /etc/resolv.conf when empty, else cluster.local.")
 	fs.StringVar(&opts.operatorImage, "operator-image", os.Getenv("OPERATOR_IMAGE"), "Image of this operator, used for agents in Jobs and init containers.")
 	fs.StringVar(&opts.etcdRepository, "etcd-image-repository", os.Getenv("ETCD_IMAGE_REPOSITORY"), "Repository of etcd images (tag v<version>); quay.io/coreos/etcd when empty.")
@@ -89,6 +99,10 @@ func main() {
 		"image (the operator's image mounted as an image volume: kubelet 1.35 and containerd 2.1 or CRI-O 1.31 or newer), "+
 		"copy (an init container copies it, a second or more per Pod start), or auto (image when every node reports such versions).")
 	fs.StringVar(&opts.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"), "Comma-separated namespaces to watch; all when empty.")
+	fs.IntVar(&opts.clusterWorkers, "cluster-workers", clustercontroller.DefaultWorkers,
+		"EtcdClusters reconciled at once. A pass whose members do not answer holds its worker for the etcd calls' timeout (2 s): raise it for fleets where many clusters can be unreachable at once.")
+	fs.IntVar(&opts.memberWorkers, "member-workers", membercontroller.DefaultWorkers,
+		"EtcdMembers reconciled at once. A member whose etcd does not answer holds its worker for its status call's timeout (2 to 5 s).")
 	showVersion := fs.Bool("version", false, "Print the operator's version and exit.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)
@@ -96,6 +110,14 @@ func main() {
 	if *showVersion {
 		fmt.Println(version)
 		return
+	}
+	if opts.clusterWorkers < 1 || opts.memberWorkers < 1 {
+		fmt.Fprintf(os.Stderr, "--cluster-workers (%d) and --member-workers (%d) must be at least 1\n", opts.clusterWorkers, opts.memberWorkers)
+		os.Exit(2)
+	}
+	if opts.leaderElect && opts.leaderElectionID == "" {
+		fmt.Fprintln(os.Stderr, "--leader-election-id must not be empty with --leader-elect")
+		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
@@ -167,7 +189,7 @@ func runLife(ctx context.Context, opts options, scheme *runtime.Scheme, m *metri
 		HealthProbeBindAddress:        opts.probeAddr,
 		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
-		LeaderElectionID:              "aa20b3a9.etcd-operator.cozystack.io",
+		LeaderElectionID:              opts.leaderElectionID,
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(watch),
 		// Controller names are unique per process; a new life registers
@@ -206,7 +228,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	cr := &clustercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, Metrics: m, OperatorImage: opts.operatorImage,
-		ClusterDomain: opts.clusterDomain,
+		ClusterDomain: opts.clusterDomain, Workers: opts.clusterWorkers,
 	}
 	if err := cr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdCluster controller: %w", err)
@@ -214,7 +236,7 @@ func setup(ctx context.Context, mgr ctrl.Manager, opts options, m *metrics.Metri
 	mr := &membercontroller.Reconciler{
 		Client: mgr.GetClient(), APIReader: reader,
 		Recorder: mgr.GetEventRecorder("etcd-operator"), Dial: dial, EtcdRepository: opts.etcdRepository,
-		OperatorImage: opts.operatorImage, ToolsVolume: opts.toolsVolume, Metrics: m,
+		OperatorImage: opts.operatorImage, ToolsVolume: opts.toolsVolume, Metrics: m, Workers: opts.memberWorkers,
 	}
 	if err := mr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the EtcdMember controller: %w", err)

@@ -165,6 +165,14 @@ func Unreachable(err error) bool {
 	return errors.Is(err, ErrNoAddressYet) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
+// Silent reports whether a call got no answer at all: nothing serves at the
+// address, or the member did not answer before the call's deadline. A
+// member that answered with an error (refused credentials, not ready) is
+// not silent.
+func Silent(err error) bool {
+	return Unreachable(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // Dialer opens a Client. The controllers receive one so tests can inject the
 // fake.
 type Dialer func(ctx context.Context, cfg Config) (Client, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -225,6 +226,12 @@ func (r *Reconciler) readEtcd(ctx context.Context, w *world) {
 	r.readStatuses(ctx, w, c, asked)
 	w.seen = withRecorded(r.seen.record(w), w.cluster.Status.LastReports)
 	w.etcd.leader = etcdhealth.LeaderOf(w.etcd.status)
+	if err := silence(w.etcd.status, w.etcd.statusErr); err != nil {
+		// Not one member answered: a membership read would wait for its
+		// whole timeout too, holding a worker other clusters need.
+		w.etcd.err = err
+		return
+	}
 	if leaderless(w.etcd.status) {
 		// Every member that answered says there is no leader: etcd's
 		// membership read (linearizable) would only time out.
@@ -235,6 +242,24 @@ func (r *Reconciler) readEtcd(ctx context.Context, w *world) {
 	if w.etcd.list != nil && needsClusterVersion(w) {
 		r.readClusterVersion(ctx, w, c)
 	}
+}
+
+// silence is why no member answered its status call, when none did and
+// none refused it (a member that refuses says why, for instance that it
+// wants credentials, and the membership read says it again); nil otherwise.
+func silence(status map[string]*etcd.Status, statusErr map[string]error) error {
+	if len(status) > 0 || len(statusErr) == 0 {
+		return nil
+	}
+	for _, err := range statusErr {
+		if !etcd.Silent(err) {
+			return nil
+		}
+	}
+	// The first member's, by name: the message stays the same from pass
+	// to pass, and so does the status that carries it.
+	first := slices.Min(slices.Collect(maps.Keys(statusErr)))
+	return fmt.Errorf("no member answered its status call (%s: %w)", first, statusErr[first])
 }
 
 // errNoLeader: the members that answer know no leader.

@@ -7,6 +7,7 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -55,6 +56,12 @@ type Reconciler struct {
 	ToolsVolume string
 	// Metrics counts restores that failed; nil records nothing.
 	Metrics *metrics.Metrics
+	// Workers is how many members are reconciled at once; DefaultWorkers
+	// when 0.
+	Workers int
+
+	// silences paces the Status calls of members that do not answer.
+	silences silences
 }
 
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;patch
@@ -68,6 +75,12 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// DefaultWorkers is how many members are reconciled at once. A member
+// whose etcd does not answer holds its worker for its status call's
+// timeout (statusTimeout, then discoverTimeout while it stays silent),
+// and is asked again more and more rarely (backOff).
+const DefaultWorkers = 16
 
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -86,7 +99,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// starts when it appears. Only the Secrets' metadata is watched
 		// (see package secretcache).
 		Watches(secretcache.Metadata(), handler.EnqueueRequestsFromMapFunc(r.membersMounting), builder.OnlyMetadata).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, DefaultWorkers)}).
 		Named("etcdmember").
 		Complete(r)
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,8 +33,18 @@ const (
 	// has published itself through raft) is asked with a shorter bound and
 	// again sooner: the bench's timelines showed a first call to a new
 	// learner taking its whole timeout while the next one was answered at
-	// once.
+	// once. A member that did not answer its last call either gets the
+	// shorter bound too.
 	statusTimeout, discoverTimeout, retryDiscover = 5 * time.Second, 2 * time.Second, time.Second
+	// maxRetryStatus bounds how far apart the Status calls of a member
+	// that keeps not answering are (backOff), and quickFor how long one
+	// that never answered is asked at the quick pace. Each call to a
+	// silent member holds a worker for its timeout, which other members
+	// wait for (a hundred silent members asked every 2 s would keep every
+	// worker busy). A member that answers again is
+	// seen at once if its Pod's readiness changes (watched), within
+	// maxRetryStatus otherwise.
+	maxRetryStatus, quickFor = 30 * time.Second, 20 * time.Second
 	// nodeLostAfter: how long a member's node may be NotReady, or its Pod stuck
 	// terminating, before the member counts as lost and gets replaced.
 	nodeLostAfter = 30 * time.Second
@@ -100,7 +112,10 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 		set(s, conditions.Ready, true, conditions.ReasonPodReady, "The pod is ready; the member is leaving, and its etcd is no longer asked")
 		return ctrl.Result{RequeueAfter: requeue}, nil
 	}
-	if err := r.readStatus(ctx, s); err != nil {
+	silent := r.silences.silentBefore(s.pod.UID, s.now)
+	err := r.readStatus(ctx, s, silent > 0)
+	r.silences.note(s.pod.UID, !etcd.Silent(err), s.now)
+	if err != nil {
 		reason, msg := conditions.ReasonDiscoveringMemberID, "The pod is ready but etcd did not answer: "+err.Error()
 		switch {
 		case errors.Is(err, etcd.ErrAuthRequired) && !manifest.AuthWanted(s.cluster):
@@ -116,17 +131,78 @@ func (r *Reconciler) observe(ctx context.Context, s *state) (ctrl.Result, error)
 		if s.member.Status.Version == "" && reason == conditions.ReasonDiscoveringMemberID {
 			// A Pod whose etcd has not answered yet; one that refuses
 			// the credentials is asked at the usual pace.
-			return ctrl.Result{RequeueAfter: retryDiscover}, nil
+			return ctrl.Result{RequeueAfter: backOff(retryDiscover, silent, false)}, nil
 		}
-		return ctrl.Result{RequeueAfter: retryStatus}, nil
+		return ctrl.Result{RequeueAfter: backOff(retryStatus, silent, s.member.Status.Version != "")}, nil
 	}
 	set(s, conditions.Ready, true, conditions.ReasonPodReady, "etcd is serving")
 	setVersionDrift(s)
 	return ctrl.Result{RequeueAfter: requeue}, nil
 }
 
-// readStatus asks the member's own etcd about itself.
-func (r *Reconciler) readStatus(ctx context.Context, s *state) error {
+// silences remembers since when each Pod's etcd has not answered its Status
+// calls, in memory: it only paces the calls, and an operator that restarts
+// starts with quick ones again. Keyed by Pod UID, so a new Pod (a member
+// that just started) is asked at the quick pace whatever its predecessor
+// did.
+type silences struct {
+	mu   sync.Mutex
+	byID map[types.UID]silence
+}
+
+type silence struct{ since, last time.Time }
+
+// note records the outcome of a call to the Pod's etcd at now.
+func (ss *silences) note(pod types.UID, answered bool, now time.Time) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	prev, was := ss.byID[pod]
+	switch {
+	case answered:
+		delete(ss.byID, pod)
+	case was:
+		ss.byID[pod] = silence{since: prev.since, last: now}
+	default:
+		if ss.byID == nil {
+			ss.byID = map[types.UID]silence{}
+		}
+		ss.byID[pod] = silence{since: now, last: now}
+	}
+	for id, s := range ss.byID {
+		// A Pod not asked for this long is gone (a silent one is asked
+		// at least every maxRetryStatus).
+		if now.Sub(s.last) > 10*maxRetryStatus {
+			delete(ss.byID, id)
+		}
+	}
+}
+
+// silentBefore is how long the Pod's etcd had been silent before now.
+func (ss *silences) silentBefore(pod types.UID, now time.Time) time.Duration {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s, ok := ss.byID[pod]; ok {
+		return max(now.Sub(s.since), time.Nanosecond)
+	}
+	return 0
+}
+
+// backOff is when to ask a member that did not answer again. A Pod whose
+// etcd never answered (a member that just started serves within seconds,
+// and is waited for) is asked at the base pace for its first quickFor of
+// silence; after that, and at once for a member that answered before, the
+// wait is as long as the silence so far: the calls come at about 2, 4, 8,
+// 16 s, then every maxRetryStatus.
+func backOff(base, silent time.Duration, answeredBefore bool) time.Duration {
+	if !answeredBefore && silent < quickFor {
+		return base
+	}
+	return min(max(base, silent), maxRetryStatus)
+}
+
+// readStatus asks the member's own etcd about itself. A member that did
+// not answer the last call either (again) is given the shorter bound.
+func (r *Reconciler) readStatus(ctx context.Context, s *state, again bool) error {
 	m := s.member
 	cfg, err := etcdconn.Config(ctx, r.APIReader, r.Client, s.cluster, []*v1alpha2.EtcdMember{m})
 	if err != nil {
@@ -138,7 +214,7 @@ func (r *Reconciler) readStatus(ctx context.Context, s *state) error {
 	}
 	defer func() { _ = c.Close() }()
 	timeout := statusTimeout
-	if m.Status.Version == "" {
+	if m.Status.Version == "" || again {
 		timeout = discoverTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
