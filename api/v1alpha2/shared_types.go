@@ -117,6 +117,7 @@ type SnapshotLocation struct {
 
 // S3Location addresses an object, or a key prefix, in an S3-compatible store.
 // +kubebuilder:validation:XValidation:rule="!has(self.webIdentity) || !has(self.credentialsSecretRef) || !has(self.credentialsSecretRef.name) || size(self.credentialsSecretRef.name) == 0",message="set at most one of webIdentity and credentialsSecretRef: a web identity is traded for credentials at the STS, so there are no keys to read"
+// +kubebuilder:validation:XValidation:rule="!has(self.sse) || self.sse.type != 'Customer' || self.endpoint.startsWith('https://')",message="sse.type Customer needs an https:// endpoint: the key goes with every request, and stores refuse it over plain HTTP"
 type S3Location struct {
 	// Endpoint URL of the store, for example https://s3.example.com.
 	// +kubebuilder:validation:MinLength=1
@@ -159,7 +160,54 @@ type S3Location struct {
 	// name (MinIO, Ceph RGW).
 	// +optional
 	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
+	// StorageClass the snapshots are stored with, as the store names it
+	// (STANDARD_IA, INTELLIGENT_TIERING, GLACIER_IR on AWS; STANDARD or
+	// REDUCED_REDUNDANCY on MinIO); the bucket's default when unset. A class
+	// whose objects cannot be read at once (GLACIER, DEEP_ARCHIVE) cannot
+	// be verified or restored from until they are brought back.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=64
+	StorageClass string `json:"storageClass,omitempty"`
+	// SSE has the store encrypt the snapshots it keeps (server-side
+	// encryption). Reading needs nothing more but for type Customer, whose
+	// key every read and write carries: give a restore or a verification
+	// the same sse as the snapshot's.
+	// +optional
+	SSE *S3Encryption `json:"sse,omitempty"`
 }
+
+// S3Encryption is the server-side encryption of the objects written.
+// +kubebuilder:validation:XValidation:rule="self.type == 'KMS' || !has(self.kmsKeyID)",message="sse.kmsKeyID is for type KMS only"
+// +kubebuilder:validation:XValidation:rule="(self.type == 'Customer') == has(self.customerKeySecretRef)",message="sse.customerKeySecretRef is required for type Customer, and only for it"
+type S3Encryption struct {
+	// Type is S3 (keys the store manages: SSE-S3), KMS (a key of the
+	// store's key management service: SSE-KMS) or Customer (a key of
+	// yours sent with every request: SSE-C; the store keeps no copy, and
+	// snapshots whose key is lost cannot be read by anyone).
+	// +kubebuilder:validation:Enum=S3;KMS;Customer
+	Type string `json:"type"`
+	// KMSKeyID is the KMS key's ID or ARN (type KMS); the store's default
+	// key when unset.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	KMSKeyID string `json:"kmsKeyID,omitempty"`
+	// CustomerKeySecretRef names a Secret whose key "key" holds the 256-bit
+	// key, base64-encoded (type Customer): head -c 32 /dev/urandom | base64.
+	// +optional
+	CustomerKeySecretRef *corev1.LocalObjectReference `json:"customerKeySecretRef,omitempty"`
+}
+
+// S3 server-side encryption types.
+const (
+	SSETypeS3       = "S3"
+	SSETypeKMS      = "KMS"
+	SSETypeCustomer = "Customer"
+	// SSECustomerKeyKey is the key of the Customer type's Secret that holds
+	// the encryption key.
+	SSECustomerKeyKey = "key"
+)
 
 // S3WebIdentity is how the agents' ServiceAccount token is traded for the
 // store's credentials.

@@ -24,7 +24,8 @@ func locationFromEnv(get func(string) string) (Location, error) {
 	l.S3 = S3Config{
 		Endpoint: get(agentenv.EnvS3Endpoint), Bucket: get(agentenv.EnvS3Bucket), Key: get(agentenv.EnvS3Key), Region: get(agentenv.EnvS3Region),
 		AccessKey: get(agentenv.EnvAccessKey), SecretKey: get(agentenv.EnvSecretKey), SessionToken: get(agentenv.EnvSessionToken),
-		CABundle: get(agentenv.EnvS3CABundle),
+		CABundle: get(agentenv.EnvS3CABundle), StorageClass: get(agentenv.EnvS3StorageClass),
+		SSEType: get(agentenv.EnvS3SSEType), SSEKMSKeyID: get(agentenv.EnvS3SSEKMSKeyID), SSECustomerKey: get(agentenv.EnvS3SSECustomerKey),
 	}
 	l.S3.ForcePathStyle, _ = strconv.ParseBool(get(agentenv.EnvS3PathStyle))
 	switch l.Kind {

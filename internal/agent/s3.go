@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/encrypt"
 
+	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/agent/agentenv"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 )
@@ -51,12 +54,52 @@ type S3Config struct {
 	// CABundle is PEM certificates trusted for the endpoint besides the
 	// public roots.
 	CABundle string
+	// StorageClass of the objects written; the bucket's default when empty.
+	StorageClass string
+	// SSEType is the server-side encryption asked of the store (S3, KMS,
+	// Customer; none when empty), SSEKMSKeyID the KMS key, SSECustomerKey
+	// the customer's 256-bit key, base64-encoded.
+	SSEType, SSEKMSKeyID, SSECustomerKey string
 }
 
 type s3Store struct {
 	c      *minio.Client
 	bucket string
 	prefix string // "" or ending in "/"
+	class  string
+	// sse is the encryption asked for on writes; readSSE what reads must
+	// carry (a customer's key only: the store decrypts the others itself).
+	sse, readSSE encrypt.ServerSide
+}
+
+// serverSide is the encryption the configuration asks for, or nil.
+func serverSide(cfg S3Config) (encrypt.ServerSide, error) {
+	switch cfg.SSEType {
+	case "":
+		return nil, nil
+	case v1alpha2.SSETypeS3:
+		return encrypt.NewSSE(), nil
+	case v1alpha2.SSETypeKMS:
+		sse, err := encrypt.NewSSEKMS(cfg.SSEKMSKeyID, nil)
+		if err != nil {
+			return nil, permanent(conditions.ReasonAgentMisconfigured, "%s: %v", agentenv.EnvS3SSEKMSKeyID, err)
+		}
+		return sse, nil
+	case v1alpha2.SSETypeCustomer:
+		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cfg.SSECustomerKey))
+		if err != nil || len(key) != 32 {
+			return nil, permanent(conditions.ReasonInvalidDestination,
+				"the customer key for server-side encryption (key %q of the Secret in s3.sse.customerKeySecretRef) must be 32 bytes, base64-encoded "+
+					"(head -c 32 /dev/urandom | base64); it is %d characters long", v1alpha2.SSECustomerKeyKey, len(strings.TrimSpace(cfg.SSECustomerKey)))
+		}
+		sse, err := encrypt.NewSSEC(key)
+		if err != nil {
+			return nil, permanent(conditions.ReasonInvalidDestination, "the customer key for server-side encryption: %v", err)
+		}
+		return sse, nil
+	}
+	return nil, permanent(conditions.ReasonAgentMisconfigured, "%s must be %s, %s or %s, not %q", agentenv.EnvS3SSEType,
+		v1alpha2.SSETypeS3, v1alpha2.SSETypeKMS, v1alpha2.SSETypeCustomer, cfg.SSEType)
 }
 
 // newS3Store connects to a bucket; prefix is the key prefix the store's
@@ -100,7 +143,18 @@ func newS3Store(cfg S3Config, prefix string) (*s3Store, error) {
 	if p != "" {
 		p += "/"
 	}
-	return &s3Store{c: c, bucket: cfg.Bucket, prefix: p}, nil
+	sse, err := serverSide(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st := &s3Store{c: c, bucket: cfg.Bucket, prefix: p, class: cfg.StorageClass, sse: sse}
+	if sse != nil && sse.Type() == encrypt.SSEC {
+		if !secure {
+			return nil, permanent(conditions.ReasonInvalidDestination, "server-side encryption with a customer key needs an https:// endpoint, not %q", cfg.Endpoint)
+		}
+		st.readSSE = sse
+	}
+	return st, nil
 }
 
 // s3Credentials are the static keys when given; with neither key, the
@@ -254,12 +308,12 @@ func (s *s3Store) Check(ctx context.Context) error {
 }
 
 func (s *s3Store) Stat(ctx context.Context, name string) (*fileInfo, error) {
-	obj, err := s.c.StatObject(ctx, s.bucket, s.prefix+name, minio.StatObjectOptions{})
+	obj, err := s.c.StatObject(ctx, s.bucket, s.prefix+name, minio.StatObjectOptions{ServerSideEncryption: s.readSSE})
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
 			return nil, nil
 		}
-		return nil, s3Error(err, "reading "+s.URI(name))
+		return nil, s.readError(err, "reading "+s.URI(name))
 	}
 	return &fileInfo{Size: obj.Size, Meta: fileMeta{
 		SnapshotUID: metaValue(obj.UserMetadata, metaSnapshotUID),
@@ -297,6 +351,8 @@ func (s *s3Store) Write(ctx context.Context, name string, r io.Reader, sizeHint 
 		PartSize:              part,
 		NumThreads:            partsInFlight,
 		ConcurrentStreamParts: true,
+		ServerSideEncryption:  s.sse,
+		StorageClass:          s.class,
 	})
 	if err != nil {
 		var ae *Error
@@ -309,23 +365,24 @@ func (s *s3Store) Write(ctx context.Context, name string, r io.Reader, sizeHint 
 }
 
 func (s *s3Store) Read(ctx context.Context, name string) (io.ReadCloser, error) {
-	obj, err := s.c.GetObject(ctx, s.bucket, s.prefix+name, minio.GetObjectOptions{})
+	obj, err := s.c.GetObject(ctx, s.bucket, s.prefix+name, minio.GetObjectOptions{ServerSideEncryption: s.readSSE})
 	if err != nil {
-		return nil, s3Error(err, "reading "+s.URI(name))
+		return nil, s.readError(err, "reading "+s.URI(name))
 	}
-	return &s3Reader{obj: obj, uri: s.URI(name)}, nil
+	return &s3Reader{obj: obj, uri: s.URI(name), store: s}, nil
 }
 
 // s3Reader maps the errors of a lazily opened object.
 type s3Reader struct {
-	obj *minio.Object
-	uri string
+	obj   *minio.Object
+	uri   string
+	store *s3Store
 }
 
 func (r *s3Reader) Read(p []byte) (int, error) {
 	n, err := r.obj.Read(p)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return n, s3Error(err, "reading "+r.uri)
+		return n, r.store.readError(err, "reading "+r.uri)
 	}
 	return n, err
 }
@@ -365,6 +422,30 @@ func untrusted(err error) bool {
 	return errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) || errors.As(err, &verify)
 }
 
+// readError is s3Error for a read. A store refuses the read of an object
+// written with a customer key given another key as it refuses a caller
+// without the right (AccessDenied): with a customer key, the message says
+// both.
+func (s *s3Store) readError(err error, doing string) *Error {
+	e := s3Error(err, doing)
+	if s.readSSE != nil && e.Reason == conditions.ReasonS3AccessDenied {
+		e.Err = fmt.Errorf("%w; or the customer key (s3.sse.customerKeySecretRef) is not the one the object was written with", e.Err)
+	}
+	return e
+}
+
+// encryptionRefused reports whether the store refused a request for what
+// its server-side encryption asked: no KMS configured, no such key, no
+// right to use it, or a customer key missing or not the object's.
+func encryptionRefused(resp minio.ErrorResponse) bool {
+	msg := strings.ToLower(resp.Message)
+	if resp.Code == "" {
+		return false
+	}
+	return strings.HasPrefix(strings.ToLower(resp.Code), "kms") || strings.Contains(msg, "encrypt") || strings.Contains(msg, "kms") ||
+		strings.Contains(msg, "server side") || strings.Contains(msg, "server-side") || strings.Contains(msg, "customer key")
+}
+
 // s3Error gives a store error the reason it is reported under.
 func s3Error(err error, doing string) *Error {
 	if wi := (*webIdentityError)(nil); errors.As(err, &wi) {
@@ -378,6 +459,11 @@ func s3Error(err error, doing string) *Error {
 		return transient(conditions.ReasonStorageUnreachable, "%s: %v", doing, wi)
 	}
 	resp := minio.ToErrorResponse(err)
+	if encryptionRefused(resp) {
+		return permanent(conditions.ReasonS3EncryptionRefused,
+			"%s: the store refused the server-side encryption (%s: %s); check s3.sse: that the store has a KMS and the key, that the credentials "+
+				"may use the key, or, for type Customer, that the key is the one the object was written with", doing, resp.Code, resp.Message)
+	}
 	switch resp.Code {
 	case "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "InvalidSecurity":
 		return permanent(conditions.ReasonS3CredentialsRejected,
@@ -389,6 +475,8 @@ func s3Error(err error, doing string) *Error {
 		return permanent(conditions.ReasonBucketNotFound, "%s: the bucket does not exist; create it, or fix spec.destination.s3.bucket", doing)
 	case minio.NoSuchKey:
 		return permanent(conditions.ReasonSnapshotNotFound, "%s: no such object", doing)
+	case "InvalidStorageClass":
+		return permanent(conditions.ReasonInvalidDestination, "%s: the store has no storage class like s3.storageClass (%s)", doing, resp.Message)
 	case "":
 		if untrusted(err) {
 			return permanent(conditions.ReasonS3CertificateNotTrusted,

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"net"
 	"os"
 	"os/exec"
@@ -17,9 +19,13 @@ import (
 	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
+// testKMSKey is the one key of the TLS MinIO's KMS.
+const testKMSKey = "etcd-backups"
+
 // startTLSMinIO runs a MinIO of its own that serves HTTPS with a
-// certificate for localhost signed by ca (a private CA), with one bucket;
-// it returns a location of that bucket without a CA bundle.
+// certificate for localhost signed by ca (a private CA), and a KMS with one
+// key (testKMSKey), with one bucket; it returns a location of that bucket
+// without a CA bundle.
 func startTLSMinIO(t *testing.T, ca *testCA) Location {
 	t.Helper()
 	bin, err := tools.BinDir()
@@ -42,7 +48,9 @@ func startTLSMinIO(t *testing.T, ca *testCA) Location {
 	const user, password = "tlsadmin", "tlsadmin-secret"
 	cmd := exec.Command(filepath.Join(bin, "minio"), "server", t.TempDir(), "--certs-dir", certs,
 		"--address", "127.0.0.1:"+port, "--console-address", "127.0.0.1:0", "--quiet")
-	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+user, "MINIO_ROOT_PASSWORD="+password, "MINIO_BROWSER=off")
+	// A KMS of one static key, for the server-side encryption tests.
+	cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+user, "MINIO_ROOT_PASSWORD="+password, "MINIO_BROWSER=off",
+		"MINIO_KMS_SECRET_KEY="+testKMSKey+":"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

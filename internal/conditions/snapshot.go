@@ -34,6 +34,10 @@ const (
 	ReasonS3CredentialsRejected = "S3CredentialsRejected"
 	// ReasonS3AccessDenied: the credentials are valid but may not do this.
 	ReasonS3AccessDenied = "S3AccessDenied"
+	// ReasonS3EncryptionRefused: the store refused the server-side
+	// encryption asked of it (no KMS, no such key, no right to use it, or
+	// a customer key that is not the object's).
+	ReasonS3EncryptionRefused = "S3EncryptionRefused"
 	// ReasonBucketNotFound: the bucket does not exist.
 	ReasonBucketNotFound = "BucketNotFound"
 	// ReasonStorageUnreachable: the object store did not answer.

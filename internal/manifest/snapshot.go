@@ -228,6 +228,10 @@ func locationEnv(l v1alpha2.SnapshotLocation, mountPath string) []corev1.EnvVar 
 		if ca := s3.CASecretRef; ca != nil && ca.Name != "" {
 			out = append(out, secretEnv(agentenv.EnvS3CABundle, ca.Name, "ca.crt"))
 		}
+		if s3.StorageClass != "" {
+			out = append(out, env(agentenv.EnvS3StorageClass, s3.StorageClass))
+		}
+		out = append(out, sseEnv(s3.SSE)...)
 		return append(out, webIdentityEnv(s3.WebIdentity)...)
 	}
 	if pvc := l.PVC; pvc != nil {
@@ -238,6 +242,22 @@ func locationEnv(l v1alpha2.SnapshotLocation, mountPath string) []corev1.EnvVar 
 		}
 	}
 	return nil
+}
+
+// sseEnv tells the agent how the store is to encrypt what it writes, and
+// gives it the customer's key (which reads need too).
+func sseEnv(sse *v1alpha2.S3Encryption) []corev1.EnvVar {
+	if sse == nil {
+		return nil
+	}
+	out := []corev1.EnvVar{env(agentenv.EnvS3SSEType, sse.Type)}
+	if sse.KMSKeyID != "" {
+		out = append(out, env(agentenv.EnvS3SSEKMSKeyID, sse.KMSKeyID))
+	}
+	if ref := sse.CustomerKeySecretRef; ref != nil && ref.Name != "" {
+		out = append(out, secretEnv(agentenv.EnvS3SSECustomerKey, ref.Name, v1alpha2.SSECustomerKeyKey))
+	}
+	return out
 }
 
 // webIdentityEnv points the AWS credential chain at the projected token

@@ -80,6 +80,21 @@ func TestSnapshotJob(t *testing.T) {
 			fromKeys: map[string]string{"S3_CA_BUNDLE": "store-ca/ca.crt"},
 		},
 		{
+			name: "S3 encrypted with a customer key, in a storage class", cluster: clusterWith(),
+			snap: snapshotOf(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://s3.internal", Bucket: "b",
+				StorageClass: "STANDARD_IA", SSE: &v1alpha2.S3Encryption{Type: "Customer", CustomerKeySecretRef: &corev1.LocalObjectReference{Name: "sse"}}}}),
+			env:      map[string]string{"S3_STORAGE_CLASS": "STANDARD_IA", "S3_SSE_TYPE": "Customer"},
+			noEnv:    []string{"S3_SSE_KMS_KEY_ID"},
+			fromKeys: map[string]string{"S3_SSE_CUSTOMER_KEY": "sse/key"},
+		},
+		{
+			name: "S3 encrypted with a KMS key", cluster: clusterWith(),
+			snap: snapshotOf(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://s3.internal", Bucket: "b",
+				SSE: &v1alpha2.S3Encryption{Type: "KMS", KMSKeyID: "arn:aws:kms:eu-west-1:1:key/k"}}}),
+			env:   map[string]string{"S3_SSE_TYPE": "KMS", "S3_SSE_KMS_KEY_ID": "arn:aws:kms:eu-west-1:1:key/k"},
+			noEnv: []string{"S3_SSE_CUSTOMER_KEY", "S3_STORAGE_CLASS"},
+		},
+		{
 			name: "mutual TLS to a volume", snap: snapshotOf(toPVC), cluster: clusterWith(mtls),
 			env: map[string]string{"ETCD_ENDPOINTS": "https://db-client.ns.svc:2379", "ETCD_TLS_CA_PATH": "/etc/etcd/pki/ca/ca.crt",
 				"ETCD_TLS_CERT_PATH": "/etc/etcd/pki/client/tls.crt", "ETCD_TLS_KEY_PATH": "/etc/etcd/pki/client/tls.key",

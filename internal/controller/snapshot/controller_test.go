@@ -141,7 +141,15 @@ var (
 	// s3WithCA names a CA Secret that no test creates.
 	s3WithCA = v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://s3", Bucket: "b",
 		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"}, CASecretRef: &corev1.LocalObjectReference{Name: "store-ca"}}}
+	// s3WithCustomerKey encrypts with the key of Secret sse-key.
+	s3WithCustomerKey = v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://s3", Bucket: "b",
+		CredentialsSecretRef: corev1.LocalObjectReference{Name: "creds"},
+		SSE:                  &v1alpha2.S3Encryption{Type: v1alpha2.SSETypeCustomer, CustomerKeySecretRef: &corev1.LocalObjectReference{Name: "sse-key"}}}}
 )
+
+func sseKey(value string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sse-key", Namespace: "ns"}, Data: map[string][]byte{"key": []byte(value)}}
+}
 
 func creds(keys ...string) *corev1.Secret {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "ns"}, Data: map[string][]byte{}}
@@ -218,6 +226,9 @@ func TestSnapshotRefusedBeforeAnyJob(t *testing.T) {
 		{"credentials without the secret key", []client.Object{snap(s3Dest), formed(), creds("AWS_ACCESS_KEY_ID")}, "op:1", conditions.ReasonCredentialsSecretInvalid},
 		{"no claim", []client.Object{snap(pvcDest), formed()}, "op:1", conditions.ReasonPVCNotFound},
 		{"no CA Secret", []client.Object{snap(s3WithCA), formed(), ready}, "op:1", conditions.ReasonInvalidDestination},
+		{"no customer key Secret", []client.Object{snap(s3WithCustomerKey), formed(), ready}, "op:1", conditions.ReasonInvalidDestination},
+		{"a customer key of 16 bytes", []client.Object{snap(s3WithCustomerKey), formed(), ready, sseKey("MDEyMzQ1Njc4OWFiY2RlZg==")}, "op:1",
+			conditions.ReasonInvalidDestination},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.objs...)

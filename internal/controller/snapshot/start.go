@@ -2,7 +2,9 @@ package snapshot
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,6 +118,32 @@ func (r *Reconciler) preflightS3(ctx context.Context, ns string, s3 *v1alpha2.S3
 		case len(sec.Data["ca.crt"]) == 0:
 			return conditions.ReasonInvalidDestination, fmt.Sprintf("Secret %s has no key ca.crt: it holds the PEM certificate of the S3 endpoint's CA", ca.Name), nil
 		}
+	}
+	if sse := s3.SSE; sse != nil && sse.CustomerKeySecretRef != nil {
+		return r.preflightCustomerKey(ctx, ns, sse.CustomerKeySecretRef.Name)
+	}
+	return "", "", nil
+}
+
+// preflightCustomerKey checks the Secret with the key of server-side
+// encryption type Customer: the agent's Pod would wait for a missing one
+// forever, and the store would refuse a key of the wrong size.
+func (r *Reconciler) preflightCustomerKey(ctx context.Context, ns, name string) (string, string, error) {
+	sec := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec)
+	switch {
+	case apierrors.IsNotFound(err):
+		return conditions.ReasonInvalidDestination, fmt.Sprintf(
+			"Secret %s with the customer key of the server-side encryption (s3.sse.customerKeySecretRef) does not exist: create it with key %s "+
+				"(32 bytes, base64-encoded), then create the snapshot again", name, v1alpha2.SSECustomerKeyKey), nil
+	case err != nil:
+		return "", "", fmt.Errorf("reading the customer key Secret: %w", err)
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(sec.Data[v1alpha2.SSECustomerKeyKey])))
+	if err != nil || len(key) != 32 {
+		return conditions.ReasonInvalidDestination, fmt.Sprintf(
+			"Secret %s's key %s must hold the customer key of the server-side encryption: 32 bytes, base64-encoded (head -c 32 /dev/urandom | base64)",
+			name, v1alpha2.SSECustomerKeyKey), nil
 	}
 	return "", "", nil
 }
