@@ -30,16 +30,16 @@ const (
 	EnvS3PathStyle = "S3_FORCE_PATH_STYLE"
 	// EnvS3CABundle holds PEM certificates trusted for the endpoint besides
 	// the public roots (a store whose CA is private).
-	EnvS3CABundle   = "S3_CA_BUNDLE"
+	EnvS3CABundle = "S3_CA_BUNDLE"
 	// The objects' storage class and server-side encryption: its type
 	// (S3, KMS, Customer), the KMS key, and the customer's key (base64).
 	EnvS3StorageClass   = "S3_STORAGE_CLASS"
 	EnvS3SSEType        = "S3_SSE_TYPE"
 	EnvS3SSEKMSKeyID    = "S3_SSE_KMS_KEY_ID"
 	EnvS3SSECustomerKey = "S3_SSE_CUSTOMER_KEY"
-	EnvAccessKey    = "AWS_ACCESS_KEY_ID"
-	EnvSecretKey    = "AWS_SECRET_ACCESS_KEY"
-	EnvSessionToken = "AWS_SESSION_TOKEN"
+	EnvAccessKey        = "AWS_ACCESS_KEY_ID"
+	EnvSecretKey        = "AWS_SECRET_ACCESS_KEY"
+	EnvSessionToken     = "AWS_SESSION_TOKEN"
 	// The AWS SDKs' variables for a web identity: the token's file, the
 	// role to assume, and the STS to trade the token at.
 	EnvWebIdentityTokenFile = "AWS_WEB_IDENTITY_TOKEN_FILE"
