@@ -98,6 +98,12 @@ type fakeEnv struct {
 	ports      map[int]string // local port → Pod
 	refuse     map[string]bool
 	dialled    []etcd.Config
+	// logs are the containers' logs, by namespace/pod/container (with
+	// "/previous" for a previous run's); what has none is refused as the
+	// API server refuses it.
+	logs map[string]string
+	// logOpts are the options each log was asked with.
+	logOpts []corev1.PodLogOptions
 }
 
 func newFakeEnv(t *testing.T, e *fakeEtcd, objs ...client.Object) *fakeEnv {
@@ -181,7 +187,22 @@ func (f *fakeEnv) podAt(endpoint string) (string, error) {
 }
 
 func (f *fakeEnv) deps() deps {
-	return deps{kube: f.kube, namespace: "ns", forwarder: f, dial: f.dial}
+	return deps{kube: f.kube, namespace: "ns", forwarder: f, dial: f.dial, logs: f.podLog}
+}
+
+func (f *fakeEnv) podLog(_ context.Context, ns, pod string, opts *corev1.PodLogOptions) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.logOpts = append(f.logOpts, *opts)
+	key := ns + "/" + pod + "/" + opts.Container
+	if opts.Previous {
+		key += "/previous"
+	}
+	text, ok := f.logs[key]
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("container %q in pod %q has no log", opts.Container, pod))
+	}
+	return []byte(text), nil
 }
 
 // app is the plugin wired to the fake; it reads no kubeconfig.

@@ -16,8 +16,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,7 +115,7 @@ EtcdCluster (or, for Pods the operator did not create, from the Pod's flags).`,
 	root.AddCommand(
 		a.statusCommand(), a.membersCommand(), a.defragCommand(), a.compactCommand(), a.alarmCommand(),
 		a.forfeitLeadershipCommand(), a.leaveCommand(), a.removeMemberCommand(), a.addMemberCommand(), a.promoteMemberCommand(),
-		a.snapshotCommand(), a.recoverCommand(), a.versionCommand(),
+		a.snapshotCommand(), a.recoverCommand(), a.reportCommand(), a.versionCommand(),
 	)
 	for _, c := range root.Commands() {
 		wrapArgs(c)
@@ -174,7 +176,14 @@ func (a *app) kubeDeps() (deps, error) {
 	if err != nil {
 		return deps{}, err
 	}
-	return deps{kube: kube, namespace: ns, forwarder: fw, dial: etcd.DialMaintenance}, nil
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return deps{}, fmt.Errorf("connecting to the API server: %w", err)
+	}
+	logs := func(ctx context.Context, namespace, pod string, opts *corev1.PodLogOptions) ([]byte, error) {
+		return cs.CoreV1().Pods(namespace).GetLogs(pod, opts).DoRaw(ctx)
+	}
+	return deps{kube: kube, namespace: ns, forwarder: fw, dial: etcd.DialMaintenance, logs: logs}, nil
 }
 
 func isTerminal(w io.Writer) bool {

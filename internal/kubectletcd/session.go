@@ -27,6 +27,8 @@ type deps struct {
 	namespace string
 	forwarder portforward.Forwarder
 	dial      func(context.Context, etcd.Config) (etcd.Maintenance, error)
+	// logs reads a Pod's container's log; nil where logs cannot be read.
+	logs func(ctx context.Context, namespace, pod string, opts *corev1.PodLogOptions) ([]byte, error)
 }
 
 // session is one command's view of its target: one Pod (-p), or every member

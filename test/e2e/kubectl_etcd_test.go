@@ -314,6 +314,7 @@ func testPluginMTLSAuth(t *testing.T) {
 	}
 	forfeitLeadership(t, name, leader)
 	snapshotPassesEtcdutl(t, name)
+	reportHasLogsAndNoSecret(t, name, password)
 	// A learner added by hand: the operator, which sees etcd, removes a
 	// learner no member accounts for too, so either may remove it.
 	out := mustPlugin(t, "add-member", "-c", name, "http://extra."+name+"."+ns+".svc:2380")
@@ -325,6 +326,31 @@ func testPluginMTLSAuth(t *testing.T) {
 		pluginDecode(t, &ms, "members", "-c", name, "-o", "json")
 		return !slices.ContainsFunc(ms.Items, func(m kubectletcd.MemberRow) bool { return m.ID == id }), fmt.Sprintf("%+v", ms.Items)
 	})
+}
+
+// reportHasLogsAndNoSecret takes a diagnostics report of the cluster: the
+// members' and the operator's logs come through the API server's log
+// endpoint, etcd's view through the members, and the root password is
+// nowhere in it.
+func reportHasLogsAndNoSecret(t *testing.T, name, password string) {
+	t.Helper()
+	out := mustPlugin(t, "report", "-c", name, "-o", "json", "--since", "30m")
+	if strings.Contains(out, password) {
+		t.Fatal("the report holds the root password")
+	}
+	var r kubectletcd.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("report -o json: %v", err)
+	}
+	var memberLog, operatorLog bool
+	for f, text := range r.Files {
+		memberLog = memberLog || (strings.HasPrefix(f, "logs/"+name+"-") && strings.HasSuffix(f, "/etcd.log") && strings.Contains(text, "etcd"))
+		operatorLog = operatorLog || (strings.HasPrefix(f, "logs/operator/") && text != "")
+	}
+	if !memberLog || !operatorLog || !strings.Contains(r.Files["etcd/status.json"], `"isLeader": true`) ||
+		!strings.Contains(r.Files["objects/secrets-redacted.yaml"], name+"-root") {
+		t.Errorf("report: member log %t, operator log %t, files %d, not collected %v\nstatus %s", memberLog, operatorLog, len(r.Files), r.Missing, r.Files["etcd/status.json"])
+	}
 }
 
 // noSpaceIsClearedByDefrag fills the cluster past its quota, sees the
