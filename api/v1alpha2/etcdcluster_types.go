@@ -46,6 +46,15 @@ type EtcdClusterSpec struct {
 	// +optional
 	Storage StorageSpec `json:"storage,omitempty"`
 
+	// SnapshotBefore takes a snapshot before each change it names and holds
+	// the change until that snapshot is Complete: a failed snapshot holds it
+	// (Progressing False, reason SnapshotBeforeFailed) until the snapshot is
+	// deleted (the operator then takes it again) or the change is taken off
+	// the list. A cluster whose members do not run (paused) is not
+	// snapshotted.
+	// +optional
+	SnapshotBefore *SnapshotBeforeSpec `json:"snapshotBefore,omitempty"`
+
 	// ProgressDeadlineSeconds bounds how long the operator works towards a
 	// target before it reports DeadlineExceeded (or BootstrapFailed) and adopts a
 	// newer spec if there is one.
@@ -501,3 +510,35 @@ type EtcdClusterList struct {
 func init() {
 	register(&EtcdCluster{}, &EtcdClusterList{})
 }
+
+// SnapshotBeforeSpec says which changes wait for a snapshot, and where it goes.
+// +kubebuilder:validation:XValidation:rule="has(self.scheduleRef) != has(self.destination)",message="snapshotBefore needs exactly one of scheduleRef and destination"
+type SnapshotBeforeSpec struct {
+	// Changes are the changes that wait for a snapshot: VersionChange (a
+	// new spec.version), ScaleIn (fewer replicas, not 0) and Pause
+	// (replicas 0).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=3
+	// +listType=set
+	Changes []SnapshotBeforeChange `json:"changes"`
+	// ScheduleRef names an EtcdSnapshotSchedule of the cluster: the
+	// snapshot is made from its template, belongs to it, and is kept or
+	// deleted by its retention like its own snapshots.
+	// +optional
+	ScheduleRef *corev1.LocalObjectReference `json:"scheduleRef,omitempty"`
+	// Destination is where the snapshot goes, without a schedule; it is
+	// kept until you delete it.
+	// +optional
+	Destination *SnapshotLocation `json:"destination,omitempty"`
+}
+
+// SnapshotBeforeChange is a change snapshotBefore can guard.
+// +kubebuilder:validation:Enum=VersionChange;ScaleIn;Pause
+type SnapshotBeforeChange string
+
+// The changes snapshotBefore can guard.
+const (
+	SnapshotBeforeVersionChange SnapshotBeforeChange = "VersionChange"
+	SnapshotBeforeScaleIn       SnapshotBeforeChange = "ScaleIn"
+	SnapshotBeforePause         SnapshotBeforeChange = "Pause"
+)

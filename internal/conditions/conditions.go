@@ -83,6 +83,12 @@ const (
 	// ReasonVersionChangeRefused: the asked etcd version cannot be reached
 	// from the running one; the message says what can.
 	ReasonVersionChangeRefused = "VersionChangeRefused"
+	// ReasonTakingSnapshotBefore: a changed spec waits for the snapshot
+	// spec.snapshotBefore asks for before it.
+	ReasonTakingSnapshotBefore = "TakingSnapshotBefore"
+	// ReasonSnapshotBeforeFailed: that snapshot failed, or cannot be
+	// taken; the change waits.
+	ReasonSnapshotBeforeFailed = "SnapshotBeforeFailed"
 	// ReasonRollOutStuck: a restarted member did not come back in time.
 	ReasonRollOutStuck = "RollOutStuck"
 	// ReasonCertManagerNotInstalled: the cluster's TLS is issued by

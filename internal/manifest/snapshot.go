@@ -22,6 +22,9 @@ const (
 	LabelSnapshot = Prefix + "snapshot"
 	// LabelSchedule names the EtcdSnapshotSchedule on the snapshots it made.
 	LabelSchedule = Prefix + "schedule"
+	// AnnotationSnapshotBefore names, on a snapshot the cluster controller
+	// took before a change (spec.snapshotBefore), that change.
+	AnnotationSnapshotBefore = Prefix + "snapshot-before"
 	// AnnotationScheduledAt is the slot a scheduled snapshot was made for.
 	AnnotationScheduledAt = Prefix + "scheduled-at"
 

@@ -93,6 +93,8 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return r.turnOnAuth(ctx, w)
 	case forceNewCluster, fence, unfence, discard, clearForce:
 		return outcome{err: r.actRecovery(ctx, w, c)}
+	case takeSnapshot:
+		return outcome{err: r.takeSnapshot(ctx, w, c)}
 	}
 	return outcome{err: fmt.Errorf("unknown change %d", c.kind)}
 }

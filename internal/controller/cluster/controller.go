@@ -76,7 +76,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdmembers/status,verbs=patch
-// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdsnapshots,verbs=get;list;watch
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdsnapshots,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcdsnapshotschedules,verbs=get;list;watch
 // +kubebuilder:rbac:groups=etcd-operator.cozystack.io,resources=etcddefrags,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
@@ -108,6 +109,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A defragmentation's request for the maintenance lock, and its
 		// end, are answered at once (maintenance_lock.go).
 		Watches(&v1alpha2.EtcdDefrag{}, handler.EnqueueRequestsFromMapFunc(clusterOfDefrag)).
+		// A snapshot a change waits for (spec.snapshotBefore) ending lets
+		// the change go on, or holds it, at once.
+		Watches(&v1alpha2.EtcdSnapshot{}, handler.EnqueueRequestsFromMapFunc(clusterOfSnapshotBefore)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: cmp.Or(r.Workers, DefaultWorkers)}).
 		Named("etcdcluster").
 		Complete(r)

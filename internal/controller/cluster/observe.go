@@ -81,6 +81,7 @@ func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*wor
 	}
 	r.readEtcd(ctx, w)
 	r.readRecoverySnapshot(ctx, w)
+	r.readSnapshotBefore(ctx, w)
 	r.readDefrags(ctx, w)
 	return w, nil
 }

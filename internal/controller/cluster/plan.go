@@ -101,6 +101,9 @@ const (
 	// discard deletes a member a recovery discarded, keeping its claim
 	// (released and labelled) unless the plan deletes it.
 	discard
+	// takeSnapshot creates the EtcdSnapshot a changed spec waits for
+	// (spec.snapshotBefore).
+	takeSnapshot
 )
 
 var changeNames = map[changeKind]string{
@@ -109,6 +112,7 @@ var changeNames = map[changeKind]string{
 	release: "release", removeStray: "removeStray", deleteMember: "deleteMember", setDormant: "setDormant", wake: "wake",
 	restart: "restart", completeRollOut: "completeRollOut", enableDowngrade: "enableDowngrade", cancelDowngrade: "cancelDowngrade", enableAuth: "enableAuth",
 	forceNewCluster: "forceNewCluster", clearForce: "clearForce", fence: "fence", unfence: "unfence", discard: "discard",
+	takeSnapshot: "takeSnapshot",
 }
 
 func (k changeKind) String() string {
@@ -137,6 +141,8 @@ type change struct {
 	reason, message string
 	// keepClaim: a discarded member's claim is released and kept.
 	keepClaim bool
+	// snapshot is the EtcdSnapshot takeSnapshot creates.
+	snapshot *v1alpha2.EtcdSnapshot
 	// thenRemove: a deletion to scale down goes on, in the same pass,
 	// with the member's removal from etcd (etcdID, handOver). The deletion
 	// is recorded first: were the operator to stop between the two, the
@@ -159,6 +165,9 @@ type plan struct {
 	stuck *refusal
 	// versionRefused says why the asked version cannot be reached.
 	versionRefused string
+	// snapshotBeforeFailed says why a changed spec waits for a snapshot
+	// that failed, or cannot be taken (snapshot_before.go).
+	snapshotBeforeFailed string
 	// requeue is a real timer the plan waits on (etcd's own timers, a
 	// settle period); zero when a watch event brings the next pass.
 	requeue time.Duration

@@ -107,6 +107,9 @@ func (r *Reconciler) announce(w *world, p plan, o outcome) {
 	if p.versionRefused != "" {
 		r.warnOnce(w, conditions.ReasonVersionChangeRefused, "CheckVersion", p.versionRefused)
 	}
+	if p.snapshotBeforeFailed != "" {
+		r.warnOnce(w, conditions.ReasonSnapshotBeforeFailed, "SnapshotBefore", p.snapshotBeforeFailed)
+	}
 	if o.warn && o.progress != nil {
 		r.warnOnce(w, o.progress.reason, "Retry", o.progress.message)
 	}
@@ -198,6 +201,10 @@ func setProgressing(w *world, p plan) {
 	switch {
 	case p.hold != nil:
 		set(w, conditions.Progressing, false, p.hold.reason, p.hold.message)
+	case p.snapshotBeforeFailed != "":
+		set(w, conditions.Progressing, false, conditions.ReasonSnapshotBeforeFailed, p.snapshotBeforeFailed)
+	case p.progress.reason == conditions.ReasonTakingSnapshotBefore:
+		set(w, conditions.Progressing, true, p.progress.reason, p.progress.message)
 	case paused(w) && targetReached(w) && len(w.leaving()) == 0:
 		set(w, conditions.Progressing, false, conditions.ReasonPaused, "The cluster is paused")
 	case targetReached(w) && manifest.AuthWanted(w.cluster) && !w.cluster.Status.AuthEnabled:

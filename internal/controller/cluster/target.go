@@ -35,9 +35,14 @@ func (pl *planner) latchFirstTarget() bool {
 	return pl.adopt(next, conditions.ReasonInitialSnapshot, "Latched the first target")
 }
 
-// adopt copies the spec into the target and starts a new deadline.
+// adopt copies the spec into the target and starts a new deadline; a change
+// spec.snapshotBefore guards waits for its snapshot first (the planner goes
+// on with the target already latched meanwhile).
 func (pl *planner) adopt(next *v1alpha2.EtcdClusterStatus, reason, message string) bool {
 	w := pl.w
+	if pl.snapshotFirst() {
+		return pl.p.change != nil
+	}
 	next.Observed = manifest.Observe(&w.cluster.Spec)
 	deadline := metav1.NewTime(w.now.Add(time.Duration(progressDeadlineSeconds(&w.cluster.Spec)) * time.Second))
 	next.ProgressDeadline = &deadline

@@ -70,6 +70,10 @@ type world struct {
 	// defragsUnknown: they could not be listed.
 	defrags        []*v1alpha2.EtcdDefrag
 	defragsUnknown bool
+	// before is the snapshot a changed spec waits for
+	// (spec.snapshotBefore), read only while the spec asks for a change it
+	// guards (snapshot_before.go).
+	before beforeView
 	// features are what the steps beside membership found (certificates,
 	// Services, the root password): reported, never a reason to stop
 	// membership repair.
