@@ -62,9 +62,13 @@ func startEnv(t *testing.T) *env {
 		CRDDirectoryPaths:     []string{filepath.Join(tools.RepoRoot(), "charts", "etcd-operator", "crd-bases")},
 		ErrorIfCRDPathMissing: true,
 	}
-	// A fleet writes more than envtest's defaults expect.
+	// A fleet writes more than envtest's defaults expect, and has a client
+	// Service per cluster: envtest's Service range (a /24) ran out at 254
+	// clusters, and the operator retried the Services of the rest at every
+	// pass.
 	e.test.ControlPlane.GetAPIServer().Configure().
-		Set("max-requests-inflight", "800").Set("max-mutating-requests-inflight", "400")
+		Set("max-requests-inflight", "800").Set("max-mutating-requests-inflight", "400").
+		Set("service-cluster-ip-range", "10.96.0.0/16")
 	if e.cfg, err = e.test.Start(); err != nil {
 		t.Fatalf("starting kube-apiserver: %v", err)
 	}

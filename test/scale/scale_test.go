@@ -165,7 +165,24 @@ func createFleet(ctx context.Context, t *testing.T, c client.Client, from, to in
 		}
 	}
 	waitAvailable(ctx, t, c, to)
-	return time.Since(start).Seconds()
+	took := time.Since(start).Seconds()
+	// Available says the members serve; every cluster's Services must be
+	// there too, or the operator retries them at every pass and the
+	// figures at rest are not a fleet at rest.
+	waitFor(ctx, t, "every cluster's client Service", 2*time.Minute, 5*time.Second, func() (bool, string) {
+		list := &corev1.ServiceList{}
+		if err := c.List(ctx, list); err != nil {
+			return false, err.Error()
+		}
+		n := 0
+		for _, svc := range list.Items {
+			if strings.HasSuffix(svc.Name, "-client") {
+				n++
+			}
+		}
+		return n == to, fmt.Sprintf("%d of %d client Services", n, to)
+	})
+	return took
 }
 
 func waitAvailable(ctx context.Context, t *testing.T, c client.Client, n int) {
