@@ -21,9 +21,15 @@ import (
 	"github.com/seed74754924/etcd-operator/test/infra/tools"
 )
 
-// dashboard renders the chart with the dashboard on and returns its
-// ConfigMap's JSON, decoded.
+// dashboard renders the chart with the dashboards on and returns their
+// ConfigMap and the per-cluster dashboard's JSON, decoded.
 func dashboard(t *testing.T, values map[string]any) (map[string]any, map[string]any) {
+	t.Helper()
+	return dashboardOf(t, values, "etcd-operator.json")
+}
+
+// dashboardOf is dashboard for the ConfigMap's key file.
+func dashboardOf(t *testing.T, values map[string]any, file string) (map[string]any, map[string]any) {
 	t.Helper()
 	objs, err := tools.RenderChart("eo", "ops", values)
 	if err != nil {
@@ -34,7 +40,7 @@ func dashboard(t *testing.T, values map[string]any) (map[string]any, map[string]
 			continue
 		}
 		data, _ := obj.Object["data"].(map[string]any)
-		text, _ := data["etcd-operator.json"].(string)
+		text, _ := data[file].(string)
 		var d map[string]any
 		if err := json.Unmarshal([]byte(text), &d); err != nil {
 			t.Fatalf("the dashboard is not JSON: %v", err)
@@ -55,8 +61,9 @@ func TestDashboardIsOffByDefault(t *testing.T) {
 // members' in what a real etcd serves on /metrics. A renamed metric would
 // otherwise leave an empty panel that no test sees.
 func TestDashboardQueriesExist(t *testing.T) {
-	obj, d := dashboard(t, map[string]any{"monitoring": map[string]any{"grafanaDashboard": map[string]any{
-		"enabled": true, "namespace": "grafana", "annotations": map[string]any{"grafana_folder": "etcd"}}}})
+	on := map[string]any{"monitoring": map[string]any{"grafanaDashboard": map[string]any{
+		"enabled": true, "namespace": "grafana", "annotations": map[string]any{"grafana_folder": "etcd"}}}}
+	obj, d := dashboard(t, on)
 	if d == nil {
 		t.Fatal("no dashboard ConfigMap rendered with monitoring.grafanaDashboard.enabled")
 	}
@@ -69,9 +76,13 @@ func TestDashboardQueriesExist(t *testing.T) {
 	for name := range etcdMetrics(t) {
 		known[name] = true
 	}
-	exprs := queries(d)
-	if len(exprs) < 15 {
-		t.Fatalf("%d queries in the dashboard, want its panels' and variables'", len(exprs))
+	_, fleet := dashboardOf(t, on, "etcd-operator-fleet.json")
+	if fleet == nil {
+		t.Fatal("no fleet dashboard in the ConfigMap")
+	}
+	exprs := append(queries(d), queries(fleet)...)
+	if len(exprs) < 30 {
+		t.Fatalf("%d queries in the dashboards, want their panels' and variables'", len(exprs))
 	}
 	series := regexp.MustCompile(`\betcd_[a-z0-9_]+`)
 	// Label names are not series: drop the selectors, the groupings and
@@ -81,6 +92,56 @@ func TestDashboardQueriesExist(t *testing.T) {
 		for _, name := range series.FindAllString(notSeries.ReplaceAllString(e, ""), -1) {
 			if !known[strings.TrimSuffix(name, "_bucket")] {
 				t.Errorf("query %q asks for %s, which neither the operator nor etcd serves", e, name)
+			}
+		}
+	}
+}
+
+// Both dashboards take several namespaces and clusters at once, rate over
+// Grafana's own interval ($__rate_interval: a fixed [5m] shows nothing at a
+// scrape interval above 75 s and hides spikes below it), give every
+// panel of values a unit, and never draw bytes and seconds on one axis.
+func TestDashboardsAreConsistent(t *testing.T) {
+	on := map[string]any{"monitoring": map[string]any{"grafanaDashboard": map[string]any{"enabled": true}}}
+	for _, file := range []string{"etcd-operator.json", "etcd-operator-fleet.json"} {
+		_, d := dashboardOf(t, on, file)
+		if d == nil {
+			t.Fatalf("no %s", file)
+		}
+		tmpl, _ := d["templating"].(map[string]any)
+		vars, _ := tmpl["list"].([]any)
+		for _, v := range vars {
+			v, _ := v.(map[string]any)
+			if name := v["name"]; (name == "namespace" || name == "cluster") && (v["multi"] != true || v["includeAll"] != true) {
+				t.Errorf("%s: variable %s takes one value at a time", file, name)
+			}
+		}
+		rate := regexp.MustCompile(`\brate\([^\[]*\[([^\]]+)\]`)
+		for _, e := range queries(d) {
+			if strings.Contains(e, `etcd_cluster_namespace="$namespace"`) {
+				t.Errorf("%s: %q matches one namespace only", file, e)
+			}
+			for _, m := range rate.FindAllStringSubmatch(e, -1) {
+				if m[1] != "$__rate_interval" {
+					t.Errorf("%s: %q rates over [%s], not [$__rate_interval]", file, e, m[1])
+				}
+			}
+		}
+		panels, _ := d["panels"].([]any)
+		for _, p := range panels {
+			p, _ := p.(map[string]any)
+			kind, title := p["type"], p["title"]
+			if kind == "row" {
+				continue
+			}
+			fc, _ := p["fieldConfig"].(map[string]any)
+			defaults, _ := fc["defaults"].(map[string]any)
+			if (kind == "timeseries" || kind == "stat") && defaults["unit"] == nil {
+				t.Errorf("%s: panel %q has no unit", file, title)
+			}
+			exprs := strings.Join(queries(p["targets"]), " ")
+			if strings.Contains(exprs, "_bytes") && strings.Contains(exprs, "_seconds") && kind != "table" {
+				t.Errorf("%s: panel %q draws bytes and seconds on one axis", file, title)
 			}
 		}
 	}
