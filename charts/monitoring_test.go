@@ -4,9 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -159,6 +161,70 @@ func TestValuesSchema(t *testing.T) {
 	} {
 		if _, err := tools.RenderChart("eo", "ops", values); err == nil || !strings.Contains(err.Error(), "schema") {
 			t.Errorf("%s: rendered (%v), want the values schema to refuse it", name, err)
+		}
+	}
+}
+
+// With metrics.certManager, cert-manager issues the metrics' certificate for
+// the Service's names, the operator serves it from its mounted Secret, and
+// the ServiceMonitor verifies it against that Secret's CA and the Service's
+// name, instead of skipping verification.
+func TestMetricsCertificateFromCertManager(t *testing.T) {
+	values := allMonitoring(map[string]any{"metrics": map[string]any{"certManager": map[string]any{
+		"enabled": true, "issuerRef": map[string]any{"name": "ca", "kind": "ClusterIssuer"}}}})
+	objs, err := tools.RenderChart("eo", "ops", values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cert, sm, deploy *unstructured.Unstructured
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Certificate":
+			cert = o
+		case "ServiceMonitor":
+			sm = o
+		case "Deployment":
+			deploy = o
+		}
+	}
+	if cert == nil || sm == nil || deploy == nil {
+		t.Fatalf("rendered Certificate %v, ServiceMonitor %v, Deployment %v", cert != nil, sm != nil, deploy != nil)
+	}
+	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	kind, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "kind")
+	if !slices.Contains(dns, "eo-etcd-operator-metrics.ops.svc") || secret != "eo-etcd-operator-metrics-tls" || kind != "ClusterIssuer" {
+		t.Errorf("Certificate: dnsNames %v, secret %s, issuer kind %s", dns, secret, kind)
+	}
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	tlsConfig, _, _ := unstructured.NestedMap(eps[0].(map[string]any), "tlsConfig")
+	if tlsConfig["insecureSkipVerify"] != nil || tlsConfig["serverName"] != "eo-etcd-operator-metrics.ops.svc" {
+		t.Errorf("ServiceMonitor tlsConfig %v: want verification against the Service's name", tlsConfig)
+	}
+	if ca, _, _ := unstructured.NestedString(tlsConfig, "ca", "secret", "name"); ca != secret {
+		t.Errorf("ServiceMonitor trusts the CA of %q, want %q", ca, secret)
+	}
+	var d appsv1.Deployment
+	fromUnstructured(t, deploy, &d)
+	c := d.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--metrics-cert-dir=/etc/etcd-operator/metrics-tls") || len(c.VolumeMounts) != 1 ||
+		c.VolumeMounts[0].MountPath != "/etc/etcd-operator/metrics-tls" || len(d.Spec.Template.Spec.Volumes) != 1 ||
+		d.Spec.Template.Spec.Volumes[0].Secret == nil || d.Spec.Template.Spec.Volumes[0].Secret.SecretName != secret {
+		t.Errorf("the manager does not serve the Secret: args %v, mounts %v, volumes %v", c.Args, c.VolumeMounts, d.Spec.Template.Spec.Volumes)
+	}
+	for name, bad := range map[string]map[string]any{
+		"no issuer":  {"certManager": map[string]any{"enabled": true}},
+		"plain HTTP": {"secure": false, "certManager": map[string]any{"enabled": true, "issuerRef": map[string]any{"name": "ca"}}},
+	} {
+		if _, err := tools.RenderChart("eo", "ops", map[string]any{"metrics": bad}); err == nil {
+			t.Errorf("%s: rendered", name)
+		}
+	}
+	// By default nothing changes: the operator's own certificate, not verified.
+	objs, _ = tools.RenderChart("eo", "ops", allMonitoring(nil))
+	for _, o := range objs {
+		if o.GetKind() == "Certificate" {
+			t.Error("a Certificate rendered by default")
 		}
 	}
 }
