@@ -17,7 +17,7 @@ RECORD := $(CURDIR)/$(TESTTIMES) record -dir $(TEST_TIMES)
 export CGO_ENABLED := 0
 CONTROLLER_GEN := $(GO) tool controller-gen
 # Generated files, checked for drift by `make test`.
-GENERATED := api/v1alpha2/zz_generated.deepcopy.go charts/etcd-operator/crd-bases charts/etcd-operator/files/role.yaml
+GENERATED := api/v1alpha2/zz_generated.deepcopy.go charts/etcd-operator/crd-bases charts/etcd-operator/files/role.yaml docs/api-reference.md
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE ?= ghcr.io/seed74754924/etcd-operator:$(VERSION)
@@ -40,11 +40,12 @@ sandbox-deps: ## Install the sandbox nodes' Debian packages (runc, CNI plugins, 
 	@hack/sandbox-deps.sh
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and the operator's RBAC rules.
+generate: ## Regenerate deepcopy code, CRDs, the operator's RBAC rules and docs/api-reference.md.
 	$(CONTROLLER_GEN) object:headerFile="" paths=./api/...
 	rm -rf charts/etcd-operator/crd-bases
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=charts/etcd-operator/crd-bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/controller/... output:rbac:artifacts:config=charts/etcd-operator/files
+	$(GO) run ./hack/apiref charts/etcd-operator/crd-bases docs/api-reference.md
 
 # No -trimpath here: it changes every package's build and would compile all
 # dependencies a second time (minutes on a cold cache); the Dockerfile's
