@@ -39,7 +39,7 @@ func managerArgs(t *testing.T, release string, values map[string]any) []string {
 // operator's own default is.
 func TestWorkersFromValues(t *testing.T) {
 	args := managerArgs(t, "eo", nil)
-	for _, want := range []string{"--cluster-workers=16", "--member-workers=16"} {
+	for _, want := range []string{"--cluster-workers=16", "--member-workers=32"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("default args %v lack %s", args, want)
 		}

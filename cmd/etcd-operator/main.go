@@ -106,7 +106,7 @@ func main() {
 	fs.IntVar(&opts.clusterWorkers, "cluster-workers", clustercontroller.DefaultWorkers,
 		"EtcdClusters reconciled at once. A pass whose members do not answer holds its worker for the etcd calls' timeout (2 s): raise it for fleets where many clusters can be unreachable at once.")
 	fs.IntVar(&opts.memberWorkers, "member-workers", membercontroller.DefaultWorkers,
-		"EtcdMembers reconciled at once. A member whose etcd does not answer holds its worker for its status call's timeout (2 to 5 s).")
+		"EtcdMembers reconciled at once. A member whose etcd does not answer holds its worker for its status call's timeout (1 to 5 s).")
 	showVersion := fs.Bool("version", false, "Print the operator's version and exit.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(fs)

@@ -33,9 +33,10 @@ const (
 	// has published itself through raft) is asked with a shorter bound and
 	// again sooner: the bench's timelines showed a first call to a new
 	// learner taking its whole timeout while the next one was answered at
-	// once. A member that did not answer its last call either gets the
-	// shorter bound too.
-	statusTimeout, discoverTimeout, retryDiscover = 5 * time.Second, 2 * time.Second, time.Second
+	// once. A member that did not answer its last call either gets
+	// silentTimeout: etcd answers a Status call from memory in
+	// milliseconds, and each call to a silent member holds a worker.
+	statusTimeout, discoverTimeout, retryDiscover, silentTimeout = 5 * time.Second, 2 * time.Second, time.Second, time.Second
 	// maxRetryStatus bounds how far apart the Status calls of a member
 	// that keeps not answering are (backOff), and quickFor how long one
 	// that never answered is asked at the quick pace. Each call to a
@@ -214,7 +215,10 @@ func (r *Reconciler) readStatus(ctx context.Context, s *state, again bool) error
 	}
 	defer func() { _ = c.Close() }()
 	timeout := statusTimeout
-	if m.Status.Version == "" || again {
+	switch {
+	case again:
+		timeout = silentTimeout
+	case m.Status.Version == "":
 		timeout = discoverTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)

@@ -38,7 +38,7 @@ func (t timeoutRecorder) Status(ctx context.Context, endpoint string) (*etcd.Sta
 // hundred of them would keep every worker busy while healthy members wait.
 // One that answered before is asked again after as long as it has been
 // silent (2, 2, 4, 8, 16 s, then every 30 s) with the shorter bound after
-// its first silence; one that answers again is back at the usual pace, and
+// its first silence (silentTimeout); one that answers again is back at the usual pace, and
 // its next silence starts from the beginning. A Pod whose etcd never
 // answered (a member starting) is asked every second for its first 20 s.
 func TestSilentMemberIsAskedLessAndLess(t *testing.T) {
@@ -86,8 +86,8 @@ func TestSilentMemberIsAskedLessAndLess(t *testing.T) {
 	if !slices.Equal(waits, want) {
 		t.Errorf("a silent member was asked again after %v, want %v", waits, want)
 	}
-	if want := []time.Duration{statusTimeout, statusTimeout, discoverTimeout}; len(bounds) < 3 || !slices.Equal(bounds[:3], want) {
-		t.Errorf("the status calls were bounded by %v, want %v then %v on", bounds, want[:2], discoverTimeout)
+	if want := []time.Duration{statusTimeout, statusTimeout, silentTimeout}; len(bounds) < 3 || !slices.Equal(bounds[:3], want) {
+		t.Errorf("the status calls were bounded by %v, want %v then %v on", bounds, want[:2], silentTimeout)
 	}
 	fakeEtcd.CutClients(manifest.PeerURL(m), false)
 	if got := pass(pod); got != healthy {
