@@ -115,6 +115,10 @@ IMAGE_PLATFORMS := linux/amd64 linux/arm64
 # tags (hack/chart-version.sh).
 CHART_VERSION ?= $(shell hack/chart-version.sh '$(VERSION)')
 RELEASE_LDFLAGS = -s -w -X main.version=$(VERSION)
+# Who built the release and which run, for its provenance (the workflow
+# names its run).
+RELEASE_BUILDER ?= local
+RELEASE_INVOCATION ?=
 
 .PHONY: release
 release: tools cli-completions ## Build a release into dist/ (nothing is pushed): multi-arch operator image (OCI layout), its SBOM, the packaged chart, kubectl-etcd (with completion scripts) and etcd-migrate archives, SHA256SUMS.txt, the krew manifest.
@@ -138,16 +142,30 @@ release: tools cli-completions ## Build a release into dist/ (nothing is pushed)
 		rm -rf $$stage; \
 	done; done
 	rm -rf $(DIST)/bin
-	cd $(DIST) && sha256sum *.tar.gz *.tgz *.oci.tar *.spdx.json > SHA256SUMS.txt
+	$(GO) run ./hack/provenance --version $(VERSION) --commit "$$(git rev-parse HEAD)" --builder "$(RELEASE_BUILDER)" \
+		--invocation "$(RELEASE_INVOCATION)" --started "$$(date -u +%FT%TZ)" \
+		$(DIST)/*.tar.gz $(DIST)/*.tgz $(DIST)/*.oci.tar $(DIST)/*.spdx.json > $(DIST)/provenance.json
+	cd $(DIST) && sha256sum *.tar.gz *.tgz *.oci.tar *.spdx.json provenance.json > SHA256SUMS.txt
 	hack/krew/render.sh $(VERSION) $(DIST)/SHA256SUMS.txt > $(DIST)/krew-etcd.yaml
+	if [[ -n "$${COSIGN_KEY:-}$${COSIGN_KEYLESS:-}" ]]; then hack/sign-release.sh blobs $(DIST); fi
 	@ls -1 $(DIST)
 
-# The release check of make test: make release, then test/release reads
-# dist/ back (the e2e tier then installs the packaged chart from it).
+# The release check of make test: make release, signed with a throwaway key
+# (bin/release-key, made on first use), then test/release reads dist/ back
+# and verifies every signature, and the image's signature and attestations
+# once pushed to a registry of its own (the e2e tier then installs the
+# packaged chart from dist/).
+RELEASE_KEY := bin/release-key/cosign.key
 .PHONY: release-check
-release-check: release $(TESTTIMES)
+release-check: export COSIGN_KEY = $(CURDIR)/$(RELEASE_KEY)
+release-check: export COSIGN_PASSWORD = release-check
+release-check: $(RELEASE_KEY) release $(TESTTIMES)
 	RELEASE_DIST=$(CURDIR)/$(DIST) RELEASE_VERSION=$(VERSION) RELEASE_CHART_VERSION=$(CHART_VERSION) RELEASE_IMAGE=$(IMAGE) \
+		RELEASE_COSIGN_PUB=$(CURDIR)/bin/release-key/cosign.pub \
 		$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 10m ./test/release/... | $(RECORD) release
+
+$(RELEASE_KEY): | tools
+	mkdir -p $(@D) && cd $(@D) && COSIGN_PASSWORD=release-check "$$(cd $(CURDIR) && hack/tools.sh --dir)/cosign" generate-key-pair >/dev/null
 
 .PHONY: check-generate
 check-generate: ## Fail if the committed generated files are stale.

@@ -13,6 +13,7 @@
 #   pause/<source hash>/pause                   the sandbox's Pod sandbox process
 #   golangci-lint/v<ver>/golangci-lint
 #   helm/v<ver>/helm
+#   cosign/v<ver>/cosign                        signs a release, verifies it in the release tests
 #   minio/<ver>/minio                           the S3 server of snapshot tests
 #   promtool/<ver>/promtool                     Prometheus's rule checker (the chart's alerts)
 #   prometheus/<ver>/prometheus                 Prometheus itself, Kubernetes discovery only (alert drills)
@@ -49,6 +50,7 @@ pause_src=$here/../test/infra/sandbox/pause/main.go
 pause_dir=$root/pause/$(sha256sum "$pause_src" | cut -c1-12)
 lint_dir=$root/golangci-lint/v$GOLANGCI_LINT_VERSION
 helm_dir=$root/helm/v$HELM_VERSION
+cosign_dir=$root/cosign/v$COSIGN_VERSION
 minio_dir=$root/minio/$MINIO_VERSION
 promtool_dir=$root/promtool/$PROMETHEUS_VERSION
 prometheus_dir=$root/prometheus/$PROMETHEUS_VERSION
@@ -66,14 +68,14 @@ fi
 complete() {
 	local f
 	for f in "${kube_cmds[@]/#/$kube_dir/}" "${containerd_cmds[@]/#/$containerd_dir/}" "$coredns_dir/coredns" \
-		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm" "$minio_dir/minio" \
+		"$pause_dir/pause" "$lint_dir/golangci-lint" "$helm_dir/helm" "$cosign_dir/cosign" "$minio_dir/minio" \
 		"$cm_dir/cert-manager-controller" "$promtool_dir/promtool" "$prometheus_dir/prometheus"; do
 		[[ -x $f ]] || return 1
 	done
 	for v in "${etcd_versions[@]}"; do
 		for f in etcd etcdctl etcdutl; do [[ -x $root/etcd/v$v/$f ]] || return 1; done
 	done
-	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm minio cert-manager-controller promtool prometheus; do
+	for f in "${kube_cmds[@]}" "${containerd_cmds[@]}" coredns pause etcd etcdctl etcdutl golangci-lint helm cosign minio cert-manager-controller promtool prometheus; do
 		[[ -x $bin/$f ]] || return 1
 	done
 	[[ $(readlink "$bin/etcd") == "$root/etcd/v$default_etcd/etcd" ]] || return 1
@@ -83,6 +85,7 @@ complete() {
 	[[ $(readlink "$bin/pause") == "$pause_dir/pause" ]] || return 1
 	[[ $(readlink "$bin/golangci-lint") == "$lint_dir/golangci-lint" ]] || return 1
 	[[ $(readlink "$bin/helm") == "$helm_dir/helm" ]] || return 1
+	[[ $(readlink "$bin/cosign") == "$cosign_dir/cosign" ]] || return 1
 	[[ $(readlink "$bin/minio") == "$minio_dir/minio" ]] || return 1
 	[[ $(readlink "$bin/cert-manager-controller") == "$cm_dir/cert-manager-controller" ]] || return 1
 	[[ $(readlink "$bin/promtool") == "$promtool_dir/promtool" ]] || return 1
@@ -319,6 +322,20 @@ build_helm() {
 	finish
 }
 
+# build_cosign builds cosign, which signs a release's artifacts and image
+# and attaches its attestations (hack/sign-release.sh), and verifies them in
+# the release tests.
+build_cosign() {
+	local v=$COSIGN_VERSION mod=github.com/sigstore/cosign/v2/cmd/cosign@v$COSIGN_VERSION
+	[[ -x $cosign_dir/cosign ]] && return
+	begin "cosign v$v" 240
+	local w=$work/cosign
+	mkdir -p "$w/out"
+	(cd "$w" && GOBIN="$w/out" gobuild install -trimpath -ldflags "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=v$v" "$mod") || fail "$mod"
+	install_dir "$w/out" "$cosign_dir"
+	finish
+}
+
 # build_minio builds the MinIO server, a real S3 implementation for the
 # snapshot tests and the sandbox. It runs as a separate program only; no
 # MinIO code is part of the operator.
@@ -391,6 +408,7 @@ build_coredns
 build_pause
 build_golangci_lint
 build_helm
+build_cosign
 build_minio
 build_cert_manager
 build_promtool
@@ -404,6 +422,7 @@ link pause "$pause_dir/pause"
 for c in etcd etcdctl etcdutl; do link "$c" "$root/etcd/v$default_etcd/$c"; done
 link golangci-lint "$lint_dir/golangci-lint"
 link helm "$helm_dir/helm"
+link cosign "$cosign_dir/cosign"
 link minio "$minio_dir/minio"
 link cert-manager-controller "$cm_dir/cert-manager-controller"
 link promtool "$promtool_dir/promtool"

@@ -71,8 +71,12 @@ func TestPushSendsThePlatformIndex(t *testing.T) {
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer reg.Close()
 	ref := strings.TrimPrefix(reg.URL, "http://") + "/etcd-operator:v1"
-	if err := push(out, ref, remote.WithAuth(authn.Anonymous)); err != nil {
+	pushed, err := push(out, ref, remote.WithAuth(authn.Anonymous))
+	if err != nil {
 		t.Fatal(err)
+	}
+	if want := strings.TrimSuffix(ref, ":v1") + "@sha256:"; !strings.HasPrefix(pushed, want) {
+		t.Errorf("push says it pushed %s, want %s<digest>", pushed, want)
 	}
 	parsed, err := name.ParseReference(ref)
 	if err != nil {
@@ -93,7 +97,7 @@ func TestPushSendsThePlatformIndex(t *testing.T) {
 	if err != nil || cfg.Architecture != "arm64" {
 		t.Errorf("the linux/arm64 pull got %+v (%v)", cfg, err)
 	}
-	if err := push(filepath.Join(dir, "missing.tar"), ref, remote.WithAuth(authn.Anonymous)); err == nil {
+	if _, err := push(filepath.Join(dir, "missing.tar"), ref, remote.WithAuth(authn.Anonymous)); err == nil {
 		t.Error("pushing a missing tarball succeeded")
 	}
 }

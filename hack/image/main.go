@@ -46,12 +46,13 @@ func main() {
 	out := flag.String("out", "bin/etcd-operator-image.tar", "tarball to write")
 	var ps platforms
 	flag.Var(&ps, "platform", "os/arch=binary[,tools]: one image of a multi-platform index (repeat); the output is then an OCI layout tarball")
-	pushFrom := flag.String("push", "", "an OCI layout tarball written with --platform: push its image index to --ref instead of building")
+	pushFrom := flag.String("push", "", "an OCI layout tarball written with --platform: push its image index to --ref instead of building, and print it as <repository>@<digest>")
 	flag.Parse()
 	var err error
+	printed := *ref
 	switch {
 	case *pushFrom != "":
-		err = push(*pushFrom, *ref)
+		printed, err = push(*pushFrom, *ref)
 	case len(ps) > 0:
 		err = buildIndex(ps, *ref, *out)
 	default:
@@ -61,7 +62,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
-	fmt.Println(*ref)
+	fmt.Println(printed)
 }
 
 func build(binary, tools, ref, out string) error {

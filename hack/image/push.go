@@ -15,20 +15,29 @@ import (
 // writes it) to ref: the multi-platform index itself, not the layout's
 // index.json that only points at it, so that a pull picks its platform.
 // Credentials come from the Docker config (docker, crane or helm login).
-func push(tarball, ref string, opts ...remote.Option) error {
+// It returns the pushed index as <repository>@<digest>, what signatures and
+// attestations are attached to.
+func push(tarball, ref string, opts ...remote.Option) (string, error) {
 	tag, err := name.ParseReference(ref)
 	if err != nil {
-		return fmt.Errorf("bad reference %q: %w", ref, err)
+		return "", fmt.Errorf("bad reference %q: %w", ref, err)
 	}
 	idx, cleanup, err := readIndex(tarball)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer cleanup()
 	if len(opts) == 0 {
 		opts = []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}
 	}
-	return remote.WriteIndex(tag, idx, opts...)
+	if err := remote.WriteIndex(tag, idx, opts...); err != nil {
+		return "", err
+	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return "", err
+	}
+	return tag.Context().Digest(digest.String()).String(), nil
 }
 
 // readIndex unpacks an OCI layout tarball and returns the one image index

@@ -40,7 +40,7 @@ func TestSnapshotBefore(t *testing.T) {
 		c := getCluster(t, ns, name)
 		p := conditions.Get(c.Status.Conditions, conditions.Progressing)
 		if p != nil && p.Reason == conditions.ReasonSnapshotBeforeFailed {
-			before = strings.Fields(p.Message)[1]
+			before = strings.TrimSuffix(strings.Fields(p.Message)[1], ",")
 			return true, ""
 		}
 		return false, condString(p)

@@ -95,7 +95,7 @@ func TestEveryArtifactIsListed(t *testing.T) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if name == "SHA256SUMS.txt" || name == "krew-etcd.yaml" {
+		if name == "SHA256SUMS.txt" || name == "krew-etcd.yaml" || strings.HasSuffix(name, ".sigstore.json") {
 			continue
 		}
 		sum, ok := listed[name]
@@ -107,7 +107,7 @@ func TestEveryArtifactIsListed(t *testing.T) {
 			t.Errorf("%s has sha256 %s, SHA256SUMS.txt says %s", name, got, sum)
 		}
 	}
-	want := []string{"etcd-operator-image.oci.tar", "etcd-operator-image.spdx.json", "etcd-operator-" + env(t, "RELEASE_CHART_VERSION") + ".tgz"}
+	want := []string{"etcd-operator-image.oci.tar", "etcd-operator-image.spdx.json", "provenance.json", "etcd-operator-" + env(t, "RELEASE_CHART_VERSION") + ".tgz"}
 	for _, cmd := range []string{"kubectl-etcd", "etcd-migrate"} {
 		for _, p := range platforms {
 			want = append(want, cmd+"-"+p+".tar.gz")
