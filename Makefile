@@ -260,7 +260,7 @@ run-sandbox:
 # The integration tier: the end-to-end suites that need no real node, run on
 # procnode (a real control plane; nodes that run Pods as processes in a
 # namespace of the test's own; see docs/testing.md). Root, no sandbox.
-INTEGRATION := TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced|TestMetricsServedSecurely|TestQuorumLossRecovered|TestQuorumLossRecoveredFromSnapshot|TestDefragReclaimsSpace|TestDefragClearsNOSPACE
+INTEGRATION := TestSnapshotBefore|TestVersionRules|TestDeletionLeavesNothing|TestNamespaceDeletion|TestDataDirLossReplaced|TestMetricsServedSecurely|TestQuorumLossRecovered|TestQuorumLossRecoveredFromSnapshot|TestDefragReclaimsSpace|TestDefragClearsNOSPACE
 INTEGRATION_DEPS := tools manager manager-faults etcd-tools $(TESTTIMES)
 .PHONY: test-integration
 test-integration: $(INTEGRATION_DEPS) ## The suites that need no real node, on a real control plane with Pods as processes (needs root; no sandbox).

@@ -15,6 +15,10 @@ import (
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
 
+const snapBeforeNS = "e2e-snapbefore"
+
+func init() { suiteNamespaces = append(suiteNamespaces, snapBeforeNS) }
+
 // TestSnapshotBefore scales a cluster under a writer from 3 to 1 with
 // spec.snapshotBefore guarding scale-ins: the snapshot taken before goes to
 // a claim that does not exist, fails, and the scale-in is held (three
@@ -24,7 +28,7 @@ import (
 // loses nothing.
 func TestSnapshotBefore(t *testing.T) {
 	t.Parallel()
-	ns := namespace(t, "e2e-snapbefore")
+	ns := namespace(t, snapBeforeNS)
 	newClaim(t, ns, "backups")
 	const name = "guarded"
 	newCluster(t, ns, name, 3, func(c *v1alpha2.EtcdCluster) {
