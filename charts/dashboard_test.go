@@ -108,41 +108,54 @@ func TestDashboardsAreConsistent(t *testing.T) {
 		if d == nil {
 			t.Fatalf("no %s", file)
 		}
-		tmpl, _ := d["templating"].(map[string]any)
-		vars, _ := tmpl["list"].([]any)
-		for _, v := range vars {
-			v, _ := v.(map[string]any)
-			if name := v["name"]; (name == "namespace" || name == "cluster") && (v["multi"] != true || v["includeAll"] != true) {
-				t.Errorf("%s: variable %s takes one value at a time", file, name)
+		checkVariables(t, file, d)
+		checkRates(t, file, d)
+		checkPanels(t, file, d)
+	}
+}
+
+func checkVariables(t *testing.T, file string, d map[string]any) {
+	t.Helper()
+	tmpl, _ := d["templating"].(map[string]any)
+	vars, _ := tmpl["list"].([]any)
+	for _, v := range vars {
+		v, _ := v.(map[string]any)
+		if name := v["name"]; (name == "namespace" || name == "cluster") && (v["multi"] != true || v["includeAll"] != true) {
+			t.Errorf("%s: variable %s takes one value at a time", file, name)
+		}
+	}
+}
+
+var rateWindow = regexp.MustCompile(`\brate\([^\[]*\[([^\]]+)\]`)
+
+func checkRates(t *testing.T, file string, d map[string]any) {
+	t.Helper()
+	for _, e := range queries(d) {
+		if strings.Contains(e, `etcd_cluster_namespace="$namespace"`) {
+			t.Errorf("%s: %q matches one namespace only", file, e)
+		}
+		for _, m := range rateWindow.FindAllStringSubmatch(e, -1) {
+			if m[1] != "$__rate_interval" {
+				t.Errorf("%s: %q rates over [%s], not [$__rate_interval]", file, e, m[1])
 			}
 		}
-		rate := regexp.MustCompile(`\brate\([^\[]*\[([^\]]+)\]`)
-		for _, e := range queries(d) {
-			if strings.Contains(e, `etcd_cluster_namespace="$namespace"`) {
-				t.Errorf("%s: %q matches one namespace only", file, e)
-			}
-			for _, m := range rate.FindAllStringSubmatch(e, -1) {
-				if m[1] != "$__rate_interval" {
-					t.Errorf("%s: %q rates over [%s], not [$__rate_interval]", file, e, m[1])
-				}
-			}
+	}
+}
+
+func checkPanels(t *testing.T, file string, d map[string]any) {
+	t.Helper()
+	panels, _ := d["panels"].([]any)
+	for _, p := range panels {
+		p, _ := p.(map[string]any)
+		kind, title := p["type"], p["title"]
+		fc, _ := p["fieldConfig"].(map[string]any)
+		defaults, _ := fc["defaults"].(map[string]any)
+		if (kind == "timeseries" || kind == "stat") && defaults["unit"] == nil {
+			t.Errorf("%s: panel %q has no unit", file, title)
 		}
-		panels, _ := d["panels"].([]any)
-		for _, p := range panels {
-			p, _ := p.(map[string]any)
-			kind, title := p["type"], p["title"]
-			if kind == "row" {
-				continue
-			}
-			fc, _ := p["fieldConfig"].(map[string]any)
-			defaults, _ := fc["defaults"].(map[string]any)
-			if (kind == "timeseries" || kind == "stat") && defaults["unit"] == nil {
-				t.Errorf("%s: panel %q has no unit", file, title)
-			}
-			exprs := strings.Join(queries(p["targets"]), " ")
-			if strings.Contains(exprs, "_bytes") && strings.Contains(exprs, "_seconds") && kind != "table" {
-				t.Errorf("%s: panel %q draws bytes and seconds on one axis", file, title)
-			}
+		exprs := strings.Join(queries(p["targets"]), " ")
+		if kind != "table" && strings.Contains(exprs, "_bytes") && strings.Contains(exprs, "_seconds") {
+			t.Errorf("%s: panel %q draws bytes and seconds on one axis", file, title)
 		}
 	}
 }

@@ -63,28 +63,31 @@ func render(dir string) ([]byte, error) {
 	b.WriteString("CEL rules admission applies). [api.md](api.md) explains them and how they fit together.\n\n")
 	for _, crd := range crds {
 		for _, v := range crd.Spec.Versions {
-			if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
-				continue
-			}
-			fmt.Fprintf(&b, "## %s (%s/%s)\n\n", crd.Spec.Names.Kind, crd.Spec.Group, v.Name)
-			root := v.Schema.OpenAPIV3Schema
-			if d := oneLine(root.Description); d != "" {
-				b.WriteString(d + "\n\n")
-			}
-			for _, part := range []string{"spec", "status"} {
-				s, ok := root.Properties[part]
-				if !ok {
-					continue
-				}
-				fmt.Fprintf(&b, "### %s\n\n", part)
-				rules(&b, part, &s)
-				b.WriteString("| Field | Type | Default and validation | Description |\n|---|---|---|---|\n")
-				fields(&b, part, &s, root.Required)
-				b.WriteString("\n")
+			if v.Schema != nil && v.Schema.OpenAPIV3Schema != nil {
+				kind(&b, crd.Spec.Names.Kind, crd.Spec.Group+"/"+v.Name, v.Schema.OpenAPIV3Schema)
 			}
 		}
 	}
 	return b.Bytes(), nil
+}
+
+// kind writes one kind's section: its spec and its status.
+func kind(b *bytes.Buffer, name, groupVersion string, root *apiextensionsv1.JSONSchemaProps) {
+	fmt.Fprintf(b, "## %s (%s)\n\n", name, groupVersion)
+	if d := oneLine(root.Description); d != "" {
+		b.WriteString(d + "\n\n")
+	}
+	for _, part := range []string{"spec", "status"} {
+		s, ok := root.Properties[part]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(b, "### %s\n\n", part)
+		rules(b, part, &s)
+		b.WriteString("| Field | Type | Default and validation | Description |\n|---|---|---|---|\n")
+		fields(b, part, &s, root.Required)
+		b.WriteString("\n")
+	}
 }
 
 func rank(kind string) int {

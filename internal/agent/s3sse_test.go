@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -62,20 +61,7 @@ func TestS3ServerSideEncryption(t *testing.T) {
 			loc.S3.SSEType, loc.S3.SSEKMSKeyID, loc.S3.SSECustomerKey, loc.S3.StorageClass = tc.sseType, tc.kmsKey, tc.customer, tc.class
 			taken := succeeds(t)(Snapshot(ctx, snapshotConfig(e, loc, "snap", "uid-"+tc.name), quiet))
 			object := loc.S3.Key + "/snap.db"
-			stat := minio.StatObjectOptions{}
-			if tc.customer != "" {
-				stat.ServerSideEncryption, _ = serverSide(loc.S3)
-				if _, err := admin.StatObject(ctx, loc.S3.Bucket, object, minio.StatObjectOptions{}); err == nil {
-					t.Error("the store gave the SSE-C object's metadata out without the key")
-				}
-			}
-			info, err := admin.StatObject(ctx, loc.S3.Bucket, object, stat)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := http.Header(info.Metadata).Get(tc.header); got != tc.value && !(tc.header == "X-Amz-Storage-Class" && info.StorageClass == tc.value) {
-				t.Errorf("the stored object's %s is %q (storage class %q), want %q", tc.header, got, info.StorageClass, tc.value)
-			}
+			checkStored(t, admin, loc, object, tc.header, tc.value)
 			from := loc
 			from.S3.Key = object
 			restoreAndCompare(t, from, want)
@@ -83,21 +69,9 @@ func TestS3ServerSideEncryption(t *testing.T) {
 			if res.Checksum != taken.Checksum {
 				t.Errorf("verified %s, stored %s", res.Checksum, taken.Checksum)
 			}
-			if tc.customer == "" {
-				return
+			if tc.customer != "" {
+				readsNeedTheCustomerKey(t, from, otherKey)
 			}
-			// A store answers another key as it answers a caller without
-			// the right; the message says it may be the key.
-			bad := from
-			bad.S3.SSECustomerKey = otherKey
-			res, code := Restore(ctx, restoreConfig(t, bad, embeddedVersion), quiet)
-			mustFail(t, res, code, conditions.ReasonS3AccessDenied, true)
-			if !strings.Contains(res.Message, "customer key") {
-				t.Errorf("a restore with another key says %q, not that the key may be wrong", res.Message)
-			}
-			bad.S3.SSEType, bad.S3.SSECustomerKey = "", ""
-			res, code = Restore(ctx, restoreConfig(t, bad, embeddedVersion), quiet)
-			mustFail(t, res, code, conditions.ReasonS3EncryptionRefused, true)
 		})
 	}
 
@@ -125,4 +99,44 @@ func TestS3ServerSideEncryption(t *testing.T) {
 		res, code = Snapshot(ctx, snapshotConfig(e, loc, "snap", "uid-http"), quiet)
 		mustFail(t, res, code, conditions.ReasonInvalidDestination, true)
 	})
+}
+
+// checkStored looks at the object as the store keeps it: the header it
+// reports (or its storage class) has the value asked for. An object
+// written with a customer key is not even described without that key.
+func checkStored(t *testing.T, admin *minio.Client, loc Location, object, header, value string) {
+	t.Helper()
+	ctx := context.Background()
+	stat := minio.StatObjectOptions{}
+	if loc.S3.SSECustomerKey != "" {
+		stat.ServerSideEncryption, _ = serverSide(loc.S3)
+		if _, err := admin.StatObject(ctx, loc.S3.Bucket, object, minio.StatObjectOptions{}); err == nil {
+			t.Error("the store gave the SSE-C object's metadata out without the key")
+		}
+	}
+	info, err := admin.StatObject(ctx, loc.S3.Bucket, object, stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.Metadata.Get(header); got != value && (header != "X-Amz-Storage-Class" || info.StorageClass != value) {
+		t.Errorf("the stored object's %s is %q (storage class %q), want %q", header, got, info.StorageClass, value)
+	}
+}
+
+// readsNeedTheCustomerKey restores an object written with a customer key
+// with another key, and with none. A store answers another key as it
+// answers a caller without the right; the message says it may be the key.
+func readsNeedTheCustomerKey(t *testing.T, from Location, otherKey string) {
+	t.Helper()
+	ctx := context.Background()
+	bad := from
+	bad.S3.SSECustomerKey = otherKey
+	res, code := Restore(ctx, restoreConfig(t, bad, embeddedVersion), quiet)
+	mustFail(t, res, code, conditions.ReasonS3AccessDenied, true)
+	if !strings.Contains(res.Message, "customer key") {
+		t.Errorf("a restore with another key says %q, not that the key may be wrong", res.Message)
+	}
+	bad.S3.SSEType, bad.S3.SSECustomerKey = "", ""
+	res, code = Restore(ctx, restoreConfig(t, bad, embeddedVersion), quiet)
+	mustFail(t, res, code, conditions.ReasonS3EncryptionRefused, true)
 }

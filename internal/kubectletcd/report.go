@@ -166,7 +166,9 @@ func (rp *reporter) objects(ctx context.Context) {
 		{"objects/etcdsnapshots.yaml", &v1alpha2.EtcdSnapshotList{}, []client.ListOption{in},
 			func(o client.Object) bool { return o.(*v1alpha2.EtcdSnapshot).Spec.ClusterRef.Name == c.Name }},
 		{"objects/etcdsnapshotschedules.yaml", &v1alpha2.EtcdSnapshotScheduleList{}, []client.ListOption{in},
-			func(o client.Object) bool { return o.(*v1alpha2.EtcdSnapshotSchedule).Spec.SnapshotTemplate.Spec.ClusterRef.Name == c.Name }},
+			func(o client.Object) bool {
+				return o.(*v1alpha2.EtcdSnapshotSchedule).Spec.SnapshotTemplate.Spec.ClusterRef.Name == c.Name
+			}},
 		{"objects/etcddefrags.yaml", &v1alpha2.EtcdDefragList{}, []client.ListOption{in},
 			func(o client.Object) bool { return o.(*v1alpha2.EtcdDefrag).Spec.ClusterRef.Name == c.Name }},
 	} {

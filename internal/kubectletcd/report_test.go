@@ -77,13 +77,9 @@ func TestReportCollectsAndRedacts(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"README.txt", "objects/etcdcluster.yaml", "objects/pods.yaml", "objects/etcdmembers.yaml", "objects/secrets-redacted.yaml",
+	hasFiles(t, r, "README.txt", "objects/etcdcluster.yaml", "objects/pods.yaml", "objects/etcdmembers.yaml", "objects/secrets-redacted.yaml",
 		"objects/events.yaml", "objects/etcdsnapshots.yaml", "etcd/status.json", "etcd/members.json",
-		"logs/c-a/etcd.log", "logs/c-b/etcd.log", "logs/c-b/etcd.previous.log", "logs/operator/ops/etcd-operator-1/manager.log"} {
-		if _, ok := r.Files[f]; !ok {
-			t.Errorf("the report has no %s; it has %v", f, keys(r.Files))
-		}
-	}
+		"logs/c-a/etcd.log", "logs/c-b/etcd.log", "logs/c-b/etcd.previous.log", "logs/operator/ops/etcd-operator-1/manager.log")
 	if got := r.Files["logs/c-b/etcd.previous.log"]; got != "etcd b crashed\n" {
 		t.Errorf("previous log %q", got)
 	}
@@ -99,6 +95,22 @@ func TestReportCollectsAndRedacts(t *testing.T) {
 	if st := r.Files["etcd/status.json"]; !strings.Contains(st, `"name": "c-a"`) || !strings.Contains(st, "connection refused") {
 		t.Errorf("etcd status:\n%s", st)
 	}
+	checkMissingAndWindow(t, env, r)
+}
+
+func hasFiles(t *testing.T, r Report, files ...string) {
+	t.Helper()
+	for _, f := range files {
+		if _, ok := r.Files[f]; !ok {
+			t.Errorf("the report has no %s; it has %v", f, keys(r.Files))
+		}
+	}
+}
+
+// checkMissingAndWindow: the down member and its log are listed as not
+// collected, and every log was asked for the last 30 minutes, bounded.
+func checkMissingAndWindow(t *testing.T, env *fakeEnv, r Report) {
+	t.Helper()
 	missing := strings.Join(r.Missing, "\n")
 	if !strings.Contains(missing, "etcd status of c-c") || !strings.Contains(missing, "logs/c-c/etcd.log") {
 		t.Errorf("not listed as missing: the down member and its log:\n%s", missing)

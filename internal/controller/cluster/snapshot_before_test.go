@@ -70,45 +70,13 @@ func TestSnapshotBeforeHoldsTheChange(t *testing.T) {
 		{"scale-out", scaleTo(5), "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := guarded(tc.spec)
-			p := decide(w)
 			if !tc.guards {
-				if p.change == nil || p.change.kind != latchStatus {
+				if p := decide(guarded(tc.spec)); p.change == nil || p.change.kind != latchStatus {
 					t.Fatalf("an unguarded change: plan %+v, want the latch", p.change)
 				}
 				return
 			}
-			if p.change == nil || p.change.kind != takeSnapshot || p.change.snapshot.Name != snapshotBeforeName(w) ||
-				p.change.snapshot.Spec.ClusterRef.Name != "c" || p.change.snapshot.Spec.Destination.S3 == nil ||
-				p.change.snapshot.Annotations[manifest.AnnotationSnapshotBefore] != tc.what {
-				t.Fatalf("first pass: %+v, want the snapshot taken before the %s", p.change, tc.what)
-			}
-			checkProgress(t, w, p, true, conditions.ReasonTakingSnapshotBefore, "Taking snapshot")
-
-			for _, phase := range []v1alpha2.SnapshotPhase{"", v1alpha2.SnapshotPending, v1alpha2.SnapshotStarted} {
-				w := guarded(tc.spec)
-				withBefore(phase)(w)
-				p := decide(w)
-				if p.change != nil {
-					t.Errorf("snapshot %q: plan %v, want the change to wait", phase, p.change.kind)
-				}
-				checkProgress(t, w, p, true, conditions.ReasonTakingSnapshotBefore, "Waiting for snapshot")
-			}
-
-			w = guarded(tc.spec)
-			withBefore(v1alpha2.SnapshotFailed)(w)
-			p = decide(w)
-			if p.change != nil {
-				t.Errorf("failed snapshot: plan %v, want the change held", p.change.kind)
-			}
-			checkProgress(t, w, p, false, conditions.ReasonSnapshotBeforeFailed, "no bucket b); the change waits: delete the snapshot")
-
-			w = guarded(tc.spec)
-			withBefore(v1alpha2.SnapshotComplete)(w)
-			p = decide(w)
-			if p.change == nil || p.change.kind != latchStatus || !equality.Semantic.DeepEqual(p.change.status.Observed, manifest.Observe(&w.cluster.Spec)) {
-				t.Errorf("complete snapshot: plan %+v, want the new target latched", p.change)
-			}
+			heldUntilComplete(t, tc.spec, tc.what)
 		})
 	}
 	t.Run("paused cluster", func(t *testing.T) {
@@ -122,6 +90,43 @@ func TestSnapshotBeforeHoldsTheChange(t *testing.T) {
 			t.Errorf("a paused cluster's version change takes a snapshot of nothing")
 		}
 	})
+}
+
+// heldUntilComplete takes the change's snapshot first, waits for it while
+// it runs, holds the change when it failed, and latches the change once it
+// is Complete.
+func heldUntilComplete(t *testing.T, spec func(*v1alpha2.EtcdClusterSpec), what string) {
+	t.Helper()
+	w := guarded(spec)
+	p := decide(w)
+	if p.change == nil || p.change.kind != takeSnapshot || p.change.snapshot.Name != snapshotBeforeName(w) ||
+		p.change.snapshot.Spec.ClusterRef.Name != "c" || p.change.snapshot.Spec.Destination.S3 == nil ||
+		p.change.snapshot.Annotations[manifest.AnnotationSnapshotBefore] != what {
+		t.Fatalf("first pass: %+v, want the snapshot taken before the %s", p.change, what)
+	}
+	checkProgress(t, w, p, true, conditions.ReasonTakingSnapshotBefore, "Taking snapshot")
+	for _, phase := range []v1alpha2.SnapshotPhase{"", v1alpha2.SnapshotPending, v1alpha2.SnapshotStarted} {
+		w := guarded(spec)
+		withBefore(phase)(w)
+		p := decide(w)
+		if p.change != nil {
+			t.Errorf("snapshot %q: plan %v, want the change to wait", phase, p.change.kind)
+		}
+		checkProgress(t, w, p, true, conditions.ReasonTakingSnapshotBefore, "Waiting for snapshot")
+	}
+	w = guarded(spec)
+	withBefore(v1alpha2.SnapshotFailed)(w)
+	p = decide(w)
+	if p.change != nil {
+		t.Errorf("failed snapshot: plan %v, want the change held", p.change.kind)
+	}
+	checkProgress(t, w, p, false, conditions.ReasonSnapshotBeforeFailed, "no bucket b); the change waits: delete the snapshot")
+	w = guarded(spec)
+	withBefore(v1alpha2.SnapshotComplete)(w)
+	p = decide(w)
+	if p.change == nil || p.change.kind != latchStatus || !equality.Semantic.DeepEqual(p.change.status.Observed, manifest.Observe(&w.cluster.Spec)) {
+		t.Errorf("complete snapshot: plan %+v, want the new target latched", p.change)
+	}
 }
 
 func checkProgress(t *testing.T, w *world, p plan, status bool, reason, message string) {

@@ -28,7 +28,7 @@ type timeoutRecorder struct {
 
 func (t timeoutRecorder) Status(ctx context.Context, endpoint string) (*etcd.Status, error) {
 	if d, ok := ctx.Deadline(); ok {
-		*t.bounds = append(*t.bounds, d.Sub(time.Now()).Round(time.Second))
+		*t.bounds = append(*t.bounds, time.Until(d).Round(time.Second))
 	}
 	return t.Client.Status(ctx, endpoint)
 }
