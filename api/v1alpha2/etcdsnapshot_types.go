@@ -17,6 +17,12 @@ const (
 	SnapshotFailed   SnapshotPhase = "Failed"
 )
 
+// Snapshot compressions.
+const (
+	CompressionNone = "None"
+	CompressionZstd = "Zstd"
+)
+
 // EtcdSnapshotSpec asks for one snapshot of a cluster. The rule that makes
 // it immutable is on EtcdSnapshot's field, not on this type, so a schedule's
 // snapshotTemplate, which embeds it, stays editable.
@@ -43,6 +49,14 @@ type EtcdSnapshotSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+	// Compression of the stored file: None (the default: etcd's snapshot
+	// as it is, <name>.db) or Zstd (<name>.db.zst, often a fraction of the
+	// size). The checksum and size in status.artifact are the stored
+	// file's; a restore and a verification recognise a compressed file by
+	// its content and decompress it first.
+	// +kubebuilder:validation:Enum=None;Zstd
+	// +optional
+	Compression string `json:"compression,omitempty"`
 }
 
 // SnapshotArtifact describes a stored snapshot.

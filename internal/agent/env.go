@@ -62,6 +62,8 @@ type SnapshotConfig struct {
 	ScheduleName, ScheduleUID string
 	KeepLast                  int
 	MaxAge                    time.Duration
+	// Compression of the stored file: agentenv.CompressionZstd or "".
+	Compression string
 	// Timeout bounds the whole run.
 	Timeout time.Duration
 }
@@ -75,7 +77,10 @@ func SnapshotConfigFromEnv(get func(string) string) (SnapshotConfig, error) {
 		},
 		Namespace: get(agentenv.EnvNamespace), Name: get(agentenv.EnvSnapshotName), UID: get(agentenv.EnvSnapshotUID), Cluster: get(agentenv.EnvCluster),
 		ScheduleName: get(agentenv.EnvScheduleName), ScheduleUID: get(agentenv.EnvScheduleUID),
-		Timeout: 25 * time.Minute,
+		Compression: get(agentenv.EnvCompression), Timeout: 25 * time.Minute,
+	}
+	if cfg.Compression != "" && cfg.Compression != agentenv.CompressionZstd {
+		return cfg, permanent(conditions.ReasonAgentMisconfigured, "%s=%q: the agent compresses with %q only", agentenv.EnvCompression, cfg.Compression, agentenv.CompressionZstd)
 	}
 	for _, e := range strings.Split(get(agentenv.EnvEndpoints), ",") {
 		if e = strings.TrimSpace(e); e != "" {

@@ -64,11 +64,10 @@ func scheduleSnapshots(ctx context.Context, st store, scheduleUID string) ([]sto
 	}
 	var out []stored
 	for _, n := range names {
-		file, ok := strings.CutSuffix(n, snapshotSuffix+manifestSuffix)
-		if !ok {
+		file, ok := strings.CutSuffix(n, manifestSuffix)
+		if !ok || (!strings.HasSuffix(file, snapshotSuffix) && !strings.HasSuffix(file, snapshotSuffix+zstdSuffix)) {
 			continue
 		}
-		file += snapshotSuffix
 		m, err := readManifest(ctx, st, file)
 		if err != nil {
 			return nil, err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -192,5 +194,31 @@ func TestReportFitsATerminationMessage(t *testing.T) {
 	back, ok := report.Parse(string(b))
 	if !ok || back.URI != res.URI || back.PrunedCount != 500 || len(back.Pruned) == 0 {
 		t.Errorf("parsed back %+v (%t)", back, ok)
+	}
+}
+
+// Retention counts compressed snapshots (<name>.db.zst) of the schedule as
+// its own, beside uncompressed ones, and deletes the oldest beyond
+// keepLast whatever their compression.
+func TestPruneCountsCompressedSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "team"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	st, err := newFileStore(dir, "team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	seed(t, st, "a.db.zst", "ua", "mine", now.Add(-3*time.Hour))
+	seed(t, st, "b.db", "ub", "mine", now.Add(-2*time.Hour))
+	seed(t, st, "c.db.zst", "uc", "mine", now.Add(-time.Hour))
+	seed(t, st, "other.db.zst", "uo", "theirs", now.Add(-4*time.Hour))
+	deleted, err := prune(context.Background(), st, SnapshotConfig{ScheduleUID: "mine", KeepLast: 2}, now, "c.db.zst")
+	if err != nil || !slices.Equal(deleted, []string{"a.db.zst"}) {
+		t.Errorf("deleted %v (%v), want the oldest compressed one of the schedule only", deleted, err)
+	}
+	if left := names(t, st); !slices.Contains(left, "other.db.zst") || !slices.Contains(left, "b.db") || slices.Contains(left, "a.db.zst") {
+		t.Errorf("left %v", left)
 	}
 }

@@ -28,6 +28,7 @@ const (
 	memberDir   = "member"
 	stagingDir  = ".restore-staging"
 	downloadTmp = ".restore-download.db"
+	// decompressedTmp (compress.go) is staging too.
 )
 
 // walReserve is room for etcd's first write-ahead log segment, which it
@@ -81,7 +82,7 @@ func restoreNeeded(cfg RestoreConfig, log *slog.Logger) (done bool, err error) {
 }
 
 func clearStaging(dataDir string) error {
-	for _, p := range []string{stagingDir, downloadTmp} {
+	for _, p := range []string{stagingDir, downloadTmp, decompressedTmp} {
 		if err := os.RemoveAll(filepath.Join(dataDir, p)); err != nil {
 			return transient(conditions.ReasonRestoreFailed, "clearing %s: %v", p, err)
 		}
@@ -91,11 +92,14 @@ func clearStaging(dataDir string) error {
 
 // source is the snapshot to restore, as found before anything is copied.
 type source struct {
-	st       store
-	file     string
-	size     int64
-	sha256   string // "" when unknown
-	version  string // "" when unknown
+	st      store
+	file    string
+	size    int64
+	sha256  string // "" when unknown
+	version string // "" when unknown
+	// dbSize is the size of etcd's snapshot in a compressed file, from its
+	// manifest (0 when unknown or not compressed).
+	dbSize   int64
 	localDir string // set when the file can be read where it is (a volume)
 }
 
@@ -116,6 +120,9 @@ func restore(ctx context.Context, cfg RestoreConfig, log *slog.Logger) (report.R
 	log.Info("Restoring", "from", src.st.URI(src.file), "bytes", src.size, "etcdVersion", src.version, "into", cfg.DataDir)
 	file, err := fetch(ctx, cfg.DataDir, src)
 	if err != nil {
+		return report.Result{}, err
+	}
+	if file, err = decompressed(ctx, file, cfg.DataDir); err != nil {
 		return report.Result{}, err
 	}
 	if src.version == "" {
@@ -187,6 +194,9 @@ func findSource(ctx context.Context, l Location) (*source, error) {
 			return nil, permanent(conditions.ReasonChecksumMismatch, "%s has %d bytes, its manifest says %d: the file is damaged or was replaced", st.URI(file), info.Size, m.Size)
 		}
 		src.sha256 = m.SHA256
+		if m.Compression != "" {
+			src.dbSize = m.DBSize
+		}
 		if m.Version != "" {
 			src.version = m.Version
 		}
@@ -227,7 +237,7 @@ func majorMinor(v string) (int, int, bool) {
 // etcd's first log segment, and the downloaded copy when the snapshot comes
 // from S3, before anything is written.
 func checkSpace(dataDir string, src *source) error {
-	need := src.size + walReserve
+	need := src.size + walReserve + src.dbSize // a compressed file is decompressed beside it
 	if src.localDir == "" {
 		need += src.size
 	}

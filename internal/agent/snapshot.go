@@ -53,7 +53,7 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig, log *slog.Logger) (report
 		return failure(err, conditions.ReasonStorageError)
 	}
 	if cfg.ScheduleUID != "" && (cfg.KeepLast > 0 || cfg.MaxAge > 0) {
-		pruned, err := prune(ctx, st, cfg, time.Now(), cfg.Name+snapshotSuffix)
+		pruned, err := prune(ctx, st, cfg, time.Now(), snapshotFile(cfg))
 		for _, name := range pruned {
 			res.Pruned = append(res.Pruned, st.URI(name))
 		}
@@ -66,12 +66,21 @@ func Snapshot(ctx context.Context, cfg SnapshotConfig, log *slog.Logger) (report
 	return res, 0
 }
 
+// snapshotFile is the stored file's name: <name>.db, or <name>.db.zst when
+// compressed.
+func snapshotFile(cfg SnapshotConfig) string {
+	if cfg.Compression == agentenv.CompressionZstd {
+		return cfg.Name + snapshotSuffix + zstdSuffix
+	}
+	return cfg.Name + snapshotSuffix
+}
+
 // takeSnapshot refuses to overwrite another snapshot's file, then streams.
 func takeSnapshot(ctx context.Context, cfg SnapshotConfig, st store, log *slog.Logger) (report.Result, error) {
 	if err := st.Check(ctx); err != nil {
 		return report.Result{}, err
 	}
-	file := cfg.Name + snapshotSuffix
+	file := snapshotFile(cfg)
 	if err := refuseOverwrite(ctx, st, file, cfg.UID); err != nil {
 		return report.Result{}, err
 	}
@@ -108,14 +117,24 @@ func takeSnapshot(ctx context.Context, cfg SnapshotConfig, st store, log *slog.L
 	log.Info("Streaming the snapshot", "member", fmt.Sprintf("%016x", status.Header.MemberId),
 		"etcdVersion", version, "dbSize", status.DbSize, "to", st.URI(file))
 	started := time.Now()
-	counted := newCountingHash(resp.Snapshot)
-	if err := st.Write(ctx, file, streamErrors{counted}, status.DbSize, fileMeta{SnapshotUID: cfg.UID, EtcdVersion: version}); err != nil {
+	// db counts etcd's snapshot; counted, what is stored (the same bytes,
+	// or their compression).
+	db := newCountingHash(resp.Snapshot)
+	var body io.Reader = streamErrors{db}
+	if cfg.Compression == agentenv.CompressionZstd {
+		var stop func()
+		body, stop = compressing(body)
+		defer stop()
+	}
+	counted := newCountingHash(body)
+	if err := st.Write(ctx, file, counted, status.DbSize, fileMeta{SnapshotUID: cfg.UID, EtcdVersion: version}); err != nil {
 		return report.Result{}, err
 	}
 	sum := counted.sum()
 	m := &manifest{
 		Kind: manifestKind, Snapshot: objectRef{Namespace: cfg.Namespace, Name: cfg.Name, UID: cfg.UID},
 		Cluster: cfg.Cluster, File: file, Size: counted.n, SHA256: sum, Version: version,
+		Compression: cfg.Compression, DBSize: db.n,
 		Revision: keys.Revision, KeyCount: keys.KeyCount, KVHash: keys.KVHash, CompactRevision: keys.CompactRevision,
 		Created: time.Now().UTC(), Agent: manifestTool{Version: Version},
 	}
@@ -129,7 +148,7 @@ func takeSnapshot(ctx context.Context, cfg SnapshotConfig, st store, log *slog.L
 		return report.Result{}, err
 	}
 	took := time.Since(started)
-	log.Info("Snapshot stored", "uri", st.URI(file), "bytes", counted.n, "sha256", sum, "seconds", took.Seconds(),
+	log.Info("Snapshot stored", "uri", st.URI(file), "bytes", counted.n, "dbBytes", db.n, "sha256", sum, "seconds", took.Seconds(),
 		"MBps", float64(counted.n)/1e6/max(took.Seconds(), 1e-3))
 	return report.Result{URI: st.URI(file), SizeBytes: counted.n, Checksum: "sha256:" + sum,
 		EtcdVersion: version, Revision: m.Revision, KeyCount: keys.KeyCount, KVHash: keys.KVHash, CompactRevision: keys.CompactRevision}, nil

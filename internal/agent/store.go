@@ -60,8 +60,13 @@ type manifest struct {
 	File     string     `json:"file"`
 	Size     int64      `json:"sizeBytes"`
 	SHA256   string     `json:"sha256"`
-	Version  string     `json:"etcdVersion,omitempty"`
-	Revision int64      `json:"revision,omitempty"`
+	// Compression is how the file is compressed ("zstd"; "" for none),
+	// and DBSize the size of etcd's snapshot inside it: Size and SHA256
+	// are always the stored file's.
+	Compression string `json:"compression,omitempty"`
+	DBSize      int64  `json:"dbSizeBytes,omitempty"`
+	Version     string `json:"etcdVersion,omitempty"`
+	Revision    int64  `json:"revision,omitempty"`
 	// KeyCount, KVHash and CompactRevision are etcd's count and hash of the
 	// keys at Revision: what a verification of the snapshot compares.
 	KeyCount        *int64       `json:"keyCount,omitempty"`

@@ -68,6 +68,9 @@ func verifySnapshot(ctx context.Context, cfg VerifyConfig, log *slog.Logger) (re
 	if err != nil {
 		return report.Result{}, err
 	}
+	if file, err = decompressed(ctx, file, cfg.ScratchDir); err != nil {
+		return report.Result{}, err
+	}
 	restore := RestoreConfig{DataDir: cfg.ScratchDir, Name: verifyMember, InitialCluster: verifyMember + "=" + verifyPeerURL,
 		Token: verifyMember, PeerURL: verifyPeerURL, Etcdutl: cfg.Etcdutl}
 	if err := runEtcdutl(ctx, restore, file); err != nil {

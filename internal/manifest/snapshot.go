@@ -178,6 +178,9 @@ func snapshotEnv(s *v1alpha2.EtcdSnapshot, c *v1alpha2.EtcdCluster, schedule *v1
 		env(agentenv.EnvNamespace, s.Namespace),
 		env(agentenv.EnvCluster, c.Name),
 	}
+	if s.Spec.Compression == v1alpha2.CompressionZstd {
+		out = append(out, env(agentenv.EnvCompression, agentenv.CompressionZstd))
+	}
 	if mt := MemberTLSOf(c); mt != nil && mt.ClientServerSecretRef != nil {
 		out = append(out, env(agentenv.EnvCAFile, snapshotCAPath+"/ca.crt"))
 		if OperatorClientSecretName(c) != "" {

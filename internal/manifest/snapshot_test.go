@@ -88,6 +88,15 @@ func TestSnapshotJob(t *testing.T) {
 			fromKeys: map[string]string{"S3_SSE_CUSTOMER_KEY": "sse/key"},
 		},
 		{
+			name: "compressed", cluster: clusterWith(),
+			snap: func() *v1alpha2.EtcdSnapshot {
+				s := snapshotOf(toS3)
+				s.Spec.Compression = v1alpha2.CompressionZstd
+				return s
+			}(),
+			env: map[string]string{"SNAPSHOT_COMPRESSION": "zstd"},
+		},
+		{
 			name: "S3 encrypted with a KMS key", cluster: clusterWith(),
 			snap: snapshotOf(v1alpha2.SnapshotLocation{S3: &v1alpha2.S3Location{Endpoint: "https://s3.internal", Bucket: "b",
 				SSE: &v1alpha2.S3Encryption{Type: "KMS", KMSKeyID: "arn:aws:kms:eu-west-1:1:key/k"}}}),

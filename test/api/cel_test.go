@@ -172,6 +172,8 @@ var celCases = []celCase{
 	{name: "snapshot to s3 by a web identity and keys", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, credentialsSecretRef: {name: c}, webIdentity: {audience: sts.minio}}}", reject: "set at most one of webIdentity and credentialsSecretRef"},
 	{name: "snapshot to s3 by a web identity for no audience", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, webIdentity: {audience: ''}}}", reject: "audience"},
 	{name: "snapshot to s3 by a web identity at a bad STS", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, webIdentity: {audience: a, stsEndpoint: 'minio:9000'}}}", reject: "webIdentity.stsEndpoint must be an http:// or https:// URL"},
+	{name: "snapshot compressed", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {pvc: {claimName: b}}\ncompression: Zstd"},
+	{name: "snapshot compressed some other way", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {pvc: {claimName: b}}\ncompression: gzip", reject: "Unsupported value"},
 	{name: "snapshot encrypted by the store", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'http://s3', bucket: b, sse: {type: S3}, storageClass: STANDARD_IA}}"},
 	{name: "snapshot encrypted with a KMS key", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'http://s3', bucket: b, sse: {type: KMS, kmsKeyID: 'arn:aws:kms:eu-west-1:1:key/k'}}}"},
 	{name: "snapshot encrypted with a customer key", kind: snapshot, spec: "clusterRef: {name: c}\ndestination: {s3: {endpoint: 'https://s3', bucket: b, sse: {type: Customer, customerKeySecretRef: {name: k}}}}"},

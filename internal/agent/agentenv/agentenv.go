@@ -20,6 +20,10 @@ const (
 	EnvScheduleName = "SCHEDULE_NAME"
 	EnvScheduleUID  = "SCHEDULE_UID"
 	EnvKeepLast     = "RETENTION_KEEP_LAST"
+	// EnvCompression is how the snapshot agent compresses the file it
+	// stores: CompressionZstd, or nothing.
+	EnvCompression  = "SNAPSHOT_COMPRESSION"
+	CompressionZstd = "zstd"
 	EnvMaxAge       = "RETENTION_MAX_AGE"
 
 	EnvDestKind    = "SNAPSHOT_DEST_KIND"
