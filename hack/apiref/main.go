@@ -85,7 +85,7 @@ func kind(b *bytes.Buffer, name, groupVersion string, root *apiextensionsv1.JSON
 		fmt.Fprintf(b, "### %s\n\n", part)
 		rules(b, part, &s)
 		b.WriteString("| Field | Type | Default and validation | Description |\n|---|---|---|---|\n")
-		fields(b, part, &s, root.Required)
+		fields(b, part, &s)
 		b.WriteString("\n")
 	}
 }
@@ -98,7 +98,7 @@ func rank(kind string) int {
 }
 
 // fields writes a row for each property of s, depth first, in name order.
-func fields(b *bytes.Buffer, path string, s *apiextensionsv1.JSONSchemaProps, _ []string) {
+func fields(b *bytes.Buffer, path string, s *apiextensionsv1.JSONSchemaProps) {
 	names := make([]string, 0, len(s.Properties))
 	for name := range s.Properties {
 		names = append(names, name)
@@ -118,7 +118,7 @@ func fields(b *bytes.Buffer, path string, s *apiextensionsv1.JSONSchemaProps, _ 
 			full += "[]"
 		}
 		if len(child.Properties) > 0 && !opaque(full) {
-			fields(b, full, child, nil)
+			fields(b, full, child)
 		}
 	}
 }

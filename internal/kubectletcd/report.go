@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -347,7 +348,7 @@ func (rp *reporter) podLogs(ctx context.Context, p *corev1.Pod, dir string) {
 	since := int64(rp.o.since.Seconds())
 	containers := append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...)
 	for _, c := range containers {
-		opts := &corev1.PodLogOptions{Container: c.Name, SinceSeconds: &since, Timestamps: true, LimitBytes: ptrTo(int64(reportLogLimit))}
+		opts := &corev1.PodLogOptions{Container: c.Name, SinceSeconds: &since, Timestamps: true, LimitBytes: ptr.To(int64(reportLogLimit))}
 		rp.podLog(ctx, p, opts, path.Join(dir, c.Name+".log"))
 		if restarted(p, c.Name) {
 			prev := *opts
@@ -381,8 +382,6 @@ func restarted(p *corev1.Pod, container string) bool {
 	}
 	return false
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func (rp *reporter) readme() {
 	var b strings.Builder
