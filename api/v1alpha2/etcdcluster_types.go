@@ -19,7 +19,10 @@ const (
 // +kubebuilder:validation:XValidation:rule="!(has(self.replicas) && self.replicas == 0 && has(self.storage) && has(self.storage.medium) && self.storage.medium == 'Memory')",message="replicas: 0 (pause) is not supported with storage.medium: Memory, because tmpfs data does not survive a pause; use PVC storage to pause a cluster"
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.medium) || self.storage.medium != 'Memory' || (has(self.storage.size) && quantity(string(self.storage.size)).isGreaterThan(quantity('0')))",message="storage.size must be greater than zero when storage.medium is Memory: it is the tmpfs size limit"
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls cannot be added or removed after creation: create a new cluster to change transport security"
-// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(oldSelf.tls) || self.tls == oldSelf.tls",message="tls is immutable after creation: create a new cluster to change transport security"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(oldSelf.tls) || has(self.tls.client) == has(oldSelf.tls.client)",message="tls.client cannot be added or removed after creation: create a new cluster to change transport security"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(oldSelf.tls) || has(self.tls.peer) == has(oldSelf.tls.peer)",message="tls.peer cannot be added or removed after creation: create a new cluster to change transport security"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(oldSelf.tls) || !has(self.tls.client) || self.tls.client == oldSelf.tls.client || (has(oldSelf.tls.client.serverSecretRef) && has(self.tls.client.certManager) && has(oldSelf.tls.client.operatorClientSecretRef) == has(self.tls.client.certManager.operatorClientIssuerRef))",message="spec.tls.client is immutable after creation, but for one hand-over from serverSecretRef to certManager that keeps the mTLS posture (certManager.operatorClientIssuerRef set if and only if operatorClientSecretRef was)"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || !has(oldSelf.tls) || !has(self.tls.peer) || self.tls.peer == oldSelf.tls.peer || (has(oldSelf.tls.peer.secretRef) && has(self.tls.peer.certManager))",message="spec.tls.peer is immutable after creation, but for one hand-over from secretRef to certManager"
 // +kubebuilder:validation:XValidation:rule="(has(self.storage) && has(self.storage.storageClassName)) == (has(oldSelf.storage) && has(oldSelf.storage.storageClassName))",message="storage.storageClassName cannot be added or removed after creation"
 // +kubebuilder:validation:XValidation:rule="!(has(self.storage) && has(self.storage.storageClassName) && has(oldSelf.storage) && has(oldSelf.storage.storageClassName)) || self.storage.storageClassName == oldSelf.storage.storageClassName",message="storage.storageClassName is immutable after creation"
 // +kubebuilder:validation:XValidation:rule="has(self.auth) == has(oldSelf.auth)",message="auth cannot be added or removed after creation: create a new cluster (or restore a snapshot into one) to change it"
@@ -63,7 +66,9 @@ type EtcdClusterSpec struct {
 	// +optional
 	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 
-	// TLS of the client and peer planes. Immutable after creation.
+	// TLS of the client and peer planes. Immutable after creation, but for
+	// the hand-over of a plane from own Secrets to cert-manager (see the
+	// TLSHandover condition), which rolls the members without downtime.
 	// +optional
 	TLS *EtcdClusterTLS `json:"tls,omitempty"`
 
@@ -294,7 +299,14 @@ type EtcdClusterStatus struct {
 	// that died holding the lock is not granted it again.
 	// +optional
 	MaintenanceLock *MaintenanceLock `json:"maintenanceLock,omitempty"` // writer: report (updateLock)
-	// Conditions: Available, Progressing, Degraded.
+	// OperatorClientSecret is the Secret whose client certificate the
+	// members trust the operator by (mutual TLS on the client plane). During
+	// a TLS hand-over it stays the one from before, which members that have
+	// not moved yet still require; the operator offers both.
+	// +optional
+	OperatorClientSecret string `json:"operatorClientSecret,omitempty"` // writer: report, from the world
+	// Conditions: Available, Progressing, Degraded, and TLSHandover once
+	// the cluster's TLS moved to cert-manager.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -325,11 +337,14 @@ const (
 	RollOutCauseSpec = "Spec"
 	// RollOutCauseSecrets: certificate material the members mount changed.
 	RollOutCauseSecrets = "Secrets"
+	// RollOutCauseTLSHandover: the cluster's TLS moved from own Secrets to
+	// cert-manager (see the TLSHandover condition).
+	RollOutCauseTLSHandover = "TLSHandover"
 )
 
 // RollOutStatus is a record of a roll-out.
 type RollOutStatus struct {
-	// Cause is what started it: Spec or Secrets.
+	// Cause is what started it: Spec, Secrets or TLSHandover.
 	Cause string `json:"cause"`
 	// Message says what changed.
 	// +optional

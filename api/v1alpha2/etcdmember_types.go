@@ -86,6 +86,12 @@ type MemberTLS struct {
 	// PeerSecretRef is the Secret with the peer certificate.
 	// +optional
 	PeerSecretRef *corev1.LocalObjectReference `json:"peerSecretRef,omitempty"`
+	// TrustedCASecretRef, set by the operator only during a TLS hand-over,
+	// names a Secret whose client-ca.crt and peer-ca.crt the member trusts
+	// instead of the ca.crt of its certificate Secrets: the CAs of both the
+	// material it leaves and the material it moves to.
+	// +optional
+	TrustedCASecretRef *corev1.LocalObjectReference `json:"trustedCASecretRef,omitempty"`
 	// PeerAutoTLS runs the peer plane with etcd's --peer-auto-tls (adopted
 	// legacy clusters only).
 	// +optional

@@ -1140,6 +1140,11 @@ func (in *MemberTLS) DeepCopyInto(out *MemberTLS) {
 		*out = new(v1.LocalObjectReference)
 		**out = **in
 	}
+	if in.TrustedCASecretRef != nil {
+		in, out := &in.TrustedCASecretRef, &out.TrustedCASecretRef
+		*out = new(v1.LocalObjectReference)
+		**out = **in
+	}
 	if in.PeerAllowedHostnames != nil {
 		in, out := &in.PeerAllowedHostnames, &out.PeerAllowedHostnames
 		*out = make([]string, len(*in))

@@ -17,6 +17,9 @@ const (
 	Available   = "Available"
 	Progressing = "Progressing"
 	Degraded    = "Degraded"
+	// TLSHandover follows a move of spec.tls from own Secrets to
+	// cert-manager; a cluster that never moved has none.
+	TLSHandover = "TLSHandover"
 )
 
 // EtcdCluster reasons.
@@ -143,6 +146,15 @@ const (
 	// not exist; the message names both. Also the cluster's reason while a
 	// member waits for one.
 	ReasonSecretMissing = "SecretMissing"
+
+	// TLSHandover reasons: cert-manager has not written the new material
+	// yet (True); members are being moved (True); a Certificate of the
+	// operator's name is someone else's (False); every member runs the new
+	// material alone (False).
+	ReasonAwaitingMaterial = "AwaitingMaterial"
+	ReasonRollingMembers   = "RollingMembers"
+	ReasonHandoverBlocked  = "Blocked"
+	ReasonHandoverComplete = "Complete"
 )
 
 // Set records a condition with the object's generation; the transition time

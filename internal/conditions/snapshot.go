@@ -13,6 +13,9 @@ const (
 	// ReasonWaitingForCluster: the cluster has not formed yet; the snapshot
 	// starts once it has.
 	ReasonWaitingForCluster = "WaitingForCluster"
+	// ReasonTLSHandoverTimeout: the cluster's TLS hand-over did not
+	// complete in time (the agent trusts only the new material).
+	ReasonTLSHandoverTimeout = "TLSHandoverTimeout"
 	// ReasonClusterNotFormed: the cluster did not form in time.
 	ReasonClusterNotFormed = "ClusterNotFormed"
 	// ReasonPVCNotFound: the destination (or restore source) claim does not exist.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,7 +32,7 @@ func Config(ctx context.Context, r, pods client.Reader, c *v1alpha2.EtcdCluster,
 	if len(cfg.Endpoints) == 0 {
 		return cfg, errors.New("no member to connect to")
 	}
-	t, err := TLS(ctx, r, c)
+	t, err := TLS(ctx, r, c, members...)
 	if err != nil {
 		return cfg, err
 	}
@@ -133,41 +134,99 @@ func podAddresses(ctx context.Context, pods client.Reader, c *v1alpha2.EtcdClust
 }
 
 // TLS returns the operator's client TLS configuration for a cluster, or nil
-// when the client plane is plain.
-func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster) (*tls.Config, error) {
+// when the client plane is plain. Given the members it is to reach, it
+// trusts the CAs of the Secrets they mount and, during a TLS hand-over,
+// of the trust Secret, and offers the client certificate from before the
+// hand-over beside the new one: Go's TLS client presents the one whose
+// issuer the member asks for.
+func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, members ...*v1alpha2.EtcdMember) (*tls.Config, error) {
 	mt := manifest.MemberTLSOf(c)
 	if mt == nil || mt.ClientServerSecretRef == nil {
 		return nil, nil
 	}
-	server, err := secret(ctx, r, c.Namespace, mt.ClientServerSecretRef.Name)
-	if err != nil {
-		return nil, err
+	servers, trust := mountedServerSecrets(members)
+	handingOver := trust != "" || len(servers) > 1 || len(servers) == 1 && servers[0] != mt.ClientServerSecretRef.Name
+	if !handingOver {
+		servers = []string{mt.ClientServerSecretRef.Name}
 	}
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(server.Data["ca.crt"]) {
-		return nil, fmt.Errorf("secret %s has no usable ca.crt to verify etcd's server certificate", server.Name)
+	usable := false
+	for _, name := range servers {
+		server, err := secret(ctx, r, c.Namespace, name)
+		switch {
+		case err != nil && !handingOver:
+			return nil, err
+		case err == nil && pool.AppendCertsFromPEM(server.Data["ca.crt"]):
+			usable = true
+		}
+	}
+	if trust != "" {
+		if s, err := secret(ctx, r, c.Namespace, trust); err == nil && pool.AppendCertsFromPEM(s.Data[manifest.KeyClientCA]) {
+			usable = true
+		}
+	}
+	if !usable {
+		return nil, fmt.Errorf("secret %s has no usable ca.crt to verify etcd's server certificate", strings.Join(servers, ", "))
 	}
 	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	if name := operatorClientSecret(c); name != "" {
+	names := []string{OperatorClientSecret(c)}
+	if prev := c.Status.OperatorClientSecret; handingOver && prev != "" && prev != names[0] {
+		names = append(names, prev)
+	}
+	if names[0] == "" && len(names) == 1 {
+		return cfg, nil
+	}
+	var errs []error
+	for _, name := range names {
+		if name == "" {
+			continue
+		}
 		s, err := secret(ctx, r, c.Namespace, name)
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		cert, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
 		if err != nil {
-			return nil, fmt.Errorf("secret %s: bad client certificate: %w", name, err)
+			errs = append(errs, fmt.Errorf("secret %s: bad client certificate: %w", name, err))
+			continue
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		cfg.Certificates = append(cfg.Certificates, cert)
+	}
+	if len(cfg.Certificates) == 0 || !handingOver && len(errs) > 0 {
+		// During a hand-over one of the two is enough.
+		return nil, errors.Join(errs...)
 	}
 	return cfg, nil
+}
+
+// mountedServerSecrets lists the client-plane server Secrets the members
+// mount, and the trust Secret of a hand-over one of them mounts.
+func mountedServerSecrets(members []*v1alpha2.EtcdMember) (servers []string, trust string) {
+	for _, m := range members {
+		t := m.Spec.TLS
+		if t == nil || t.ClientServerSecretRef == nil {
+			continue
+		}
+		if !slices.Contains(servers, t.ClientServerSecretRef.Name) {
+			servers = append(servers, t.ClientServerSecretRef.Name)
+		}
+		if t.TrustedCASecretRef != nil {
+			trust = t.TrustedCASecretRef.Name
+		}
+	}
+	return servers, trust
 }
 
 // SecretNames are the Secrets of the cluster's namespace that Config and
 // the root password's management read.
 func SecretNames(c *v1alpha2.EtcdCluster) []string {
 	var out []string
-	if name := operatorClientSecret(c); name != "" {
+	if name := OperatorClientSecret(c); name != "" {
 		out = append(out, name)
+	}
+	if prev := c.Status.OperatorClientSecret; prev != "" && !slices.Contains(out, prev) {
+		out = append(out, prev)
 	}
 	if manifest.AuthWanted(c) {
 		out = append(out, manifest.AppliedPasswordSecretName(c.Name))
@@ -178,7 +237,9 @@ func SecretNames(c *v1alpha2.EtcdCluster) []string {
 	return out
 }
 
-func operatorClientSecret(c *v1alpha2.EtcdCluster) string {
+// OperatorClientSecret is the Secret of the client certificate the
+// operator presents, as the spec names it ("" without one).
+func OperatorClientSecret(c *v1alpha2.EtcdCluster) string {
 	if c.Spec.TLS == nil || c.Spec.TLS.Client == nil {
 		return ""
 	}

@@ -113,6 +113,9 @@ func Pod(m *v1alpha2.EtcdMember, opts PodOptions) *corev1.Pod {
 	if opts.SecretHashes != "" {
 		pod.Annotations[AnnotationSecretHashes] = opts.SecretHashes
 	}
+	if m.Spec.TLS != nil {
+		pod.Annotations[AnnotationTLS] = TLSHash(m.Spec.TLS)
+	}
 	if m.Status.MemberID != "" {
 		pod.Annotations[AnnotationMemberID] = m.Status.MemberID
 	}
@@ -317,14 +320,22 @@ func tlsFlags(m *v1alpha2.EtcdMember) []string {
 	if t.ClientServerSecretRef != nil {
 		out = append(out, "--cert-file="+ClientTLSDir+"/tls.crt", "--key-file="+ClientTLSDir+"/tls.key")
 		if t.ClientMTLS {
-			out = append(out, "--client-cert-auth=true", "--trusted-ca-file="+ClientTLSDir+"/ca.crt")
+			ca := ClientTLSDir + "/ca.crt"
+			if t.TrustedCASecretRef != nil {
+				ca = TrustedCADir + "/" + KeyClientCA
+			}
+			out = append(out, "--client-cert-auth=true", "--trusted-ca-file="+ca)
 		}
 	}
 	switch {
 	case t.PeerSecretRef != nil:
+		ca := PeerTLSDir + "/ca.crt"
+		if t.TrustedCASecretRef != nil {
+			ca = TrustedCADir + "/" + KeyPeerCA
+		}
 		out = append(out,
 			"--peer-cert-file="+PeerTLSDir+"/tls.crt", "--peer-key-file="+PeerTLSDir+"/tls.key",
-			"--peer-trusted-ca-file="+PeerTLSDir+"/ca.crt", "--peer-client-cert-auth=true")
+			"--peer-trusted-ca-file="+ca, "--peer-client-cert-auth=true")
 		if len(t.PeerAllowedHostnames) > 0 {
 			out = append(out, "--peer-cert-allowed-hostname="+strings.Join(t.PeerAllowedHostnames, ","))
 		}
@@ -363,6 +374,9 @@ func volumes(m *v1alpha2.EtcdMember) []corev1.Volume {
 		if t.PeerSecretRef != nil {
 			out = append(out, secretVolume("tls-peer", t.PeerSecretRef.Name))
 		}
+		if t.TrustedCASecretRef != nil {
+			out = append(out, secretVolume("tls-trust", t.TrustedCASecretRef.Name))
+		}
 	}
 	return out
 }
@@ -379,6 +393,9 @@ func volumeMounts(m *v1alpha2.EtcdMember) []corev1.VolumeMount {
 		}
 		if t.PeerSecretRef != nil {
 			out = append(out, corev1.VolumeMount{Name: "tls-peer", MountPath: PeerTLSDir, ReadOnly: true})
+		}
+		if t.TrustedCASecretRef != nil {
+			out = append(out, corev1.VolumeMount{Name: "tls-trust", MountPath: TrustedCADir, ReadOnly: true})
 		}
 	}
 	return out

@@ -60,6 +60,16 @@ func MountedSecrets(m *v1alpha2.EtcdMember) []SecretUse {
 	if t.PeerSecretRef != nil {
 		out = append(out, PeerSecretUse(t))
 	}
+	if t.TrustedCASecretRef != nil {
+		var keys []string
+		if t.ClientServerSecretRef != nil && t.ClientMTLS {
+			keys = append(keys, KeyClientCA)
+		}
+		if t.PeerSecretRef != nil {
+			keys = append(keys, KeyPeerCA)
+		}
+		out = append(out, SecretUse{Name: t.TrustedCASecretRef.Name, Purpose: "CAs trusted during the TLS hand-over", Keys: keys})
+	}
 	return out
 }
 

@@ -38,6 +38,9 @@ func (r *Reconciler) createMember(ctx context.Context, w *world, seed bool) (*v1
 	}
 	if !seed {
 		m.Spec.Version = joinVersion(w)
+		if t := joinTLS(w); t != nil {
+			m.Spec.TLS = t
+		}
 	}
 	if rec := w.cluster.Status.Recovery; seed && rec != nil && rec.Phase == v1alpha2.RecoveryRebootstrapping && rec.Restore != nil {
 		// A cluster rebuilt from a snapshot (recover.go).

@@ -83,7 +83,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -294,6 +294,10 @@ func (r *Reconciler) maintain(ctx context.Context, w *world) learned {
 		// Nothing of a new cluster could start without its certificates:
 		// nothing is created until cert-manager is there.
 		return learned{}
+	}
+	if err := r.ensureTrust(ctx, w); err != nil {
+		w.features.failed = append(w.features.failed, err.Error())
+		log.FromContext(ctx).Info("Preparing the TLS hand-over failed; membership repair goes on", "error", err.Error())
 	}
 	if err := r.ensureServices(ctx, w); err != nil {
 		w.features.failed = append(w.features.failed, err.Error())

@@ -74,7 +74,11 @@ func (pl *planner) rollOut() bool {
 	if m == nil {
 		m = nextToRoll(w, outdated)
 	}
-	pl.working(conditions.ReasonRollingOut, "%d of %d members up to date; rolling %s", w.desired()-len(outdated), w.desired(), m.Name)
+	if w.handoverPending(m) && w.runsTarget(m) {
+		pl.working(conditions.ReasonRollingOut, "TLS hand-over: restarting %s %s", m.Name, handoverStep(nextStageOf(w, m), w.handover.final))
+	} else {
+		pl.working(conditions.ReasonRollingOut, "%d of %d members up to date; rolling %s", w.desired()-len(outdated), w.desired(), m.Name)
+	}
 	if m.Spec.Storage.Medium == v1alpha2.StorageMediumMemory {
 		// Its data lives in the Pod: replace it; a new member joins from the
 		// target as a learner.
@@ -159,11 +163,12 @@ func (pl *planner) finishRoll() bool {
 
 // outdated lists the running members whose spec is older than the target,
 // or whose Pod was made from an older spec than theirs, or whose claim is
-// still growing.
+// still growing, or that have a TLS hand-over step to take now (one that
+// waits for the others to catch up is not outdated yet).
 func outdated(w *world) []*v1alpha2.EtcdMember {
 	var out []*v1alpha2.EtcdMember
 	for _, m := range w.running() {
-		if !w.upToDate(m) {
+		if !w.upToDate(m) && !(w.runsTarget(m) && w.tlsWaits(m)) {
 			out = append(out, m)
 		}
 	}
@@ -172,10 +177,10 @@ func outdated(w *world) []*v1alpha2.EtcdMember {
 
 // podOutdated reports whether the member's Pod was not made from the
 // member's spec as it is: another template hash, or none (a Pod from before
-// hashes, which a restart brings up to date).
+// hashes, which a restart brings up to date), or other TLS material.
 func podOutdated(w *world, m *v1alpha2.EtcdMember) bool {
 	pod := w.pods[m.Name]
-	return pod != nil && pod.Annotations[manifest.AnnotationTemplateHash] != manifest.TemplateHash(m)
+	return pod != nil && (pod.Annotations[manifest.AnnotationTemplateHash] != manifest.TemplateHash(m) || !manifest.PodTLSCurrent(pod, m))
 }
 
 // waitSettled holds the roll while a member is not healthy by etcd's fresh

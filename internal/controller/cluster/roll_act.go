@@ -48,8 +48,11 @@ func (r *Reconciler) restart(ctx context.Context, w *world, c *change) outcome {
 		return outcome{}
 	}
 	cause, why := v1alpha2.RollOutCauseSpec, fmt.Sprintf("on the new target (etcd %s)", m.Spec.Version)
-	if !podOutdated(w, m) {
+	switch {
+	case !podOutdated(w, m):
 		cause, why = v1alpha2.RollOutCauseSecrets, fmt.Sprintf("to load changed certificate material (Secret %s)", strings.Join(changed, ", "))
+	case !manifest.PodTLSCurrent(pod, m) && pod.Annotations[manifest.AnnotationTemplateHash] == manifest.TemplateHash(m):
+		cause, why = v1alpha2.RollOutCauseTLSHandover, handoverStep(m, w.handover.final)
 	}
 	if o, ok := r.evict(ctx, pod); !ok {
 		return o
@@ -127,8 +130,11 @@ func (r *Reconciler) nextTemplate(ctx context.Context, w *world, m *v1alpha2.Etc
 	case ferr == nil && terr == nil && version.SnapshotFirst(from, to) && m.Annotations[manifest.AnnotationSnapshotCount] == "":
 		metav1.SetMetaDataAnnotation(&m.ObjectMeta, manifest.AnnotationSnapshotCount, "1")
 		r.event(m, false, conditions.ReasonRollingOut, "Snapshot", "Restarting on %s with --snapshot-count=1 first: etcd %s cannot replay raft log entries older than a 3.6 snapshot", from, to)
-	case !manifest.Retemplate(m, w.cluster.Status.Observed):
+	case !manifest.Retemplate(m, w.cluster.Status.Observed) && !w.handoverPending(m):
 		return nil
+	}
+	if w.handoverPending(m) {
+		m.Spec.TLS = manifest.NextTLS(m, w.handover.final, manifest.HandoverSecretName(w.cluster.Name))
 	}
 	if err := r.Client.Patch(ctx, m, patch); err != nil {
 		return fmt.Errorf("re-templating member %s: %w", m.Name, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/conditions"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
+	"github.com/seed74754924/etcd-operator/internal/etcdconn"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 	"github.com/seed74754924/etcd-operator/internal/quorum"
 )
@@ -65,9 +66,15 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	st.BrokenMembers = int32(len(w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) && lost(m) })))
 	st.NoLeaderSince = noLeaderSince(w)
 	st.LastReports = lastReports(w)
+	if !w.handover.active {
+		// The client certificate members trust the operator by; during a
+		// hand-over, the one from before stays recorded.
+		st.OperatorClientSecret = etcdconn.OperatorClientSecret(w.cluster)
+	}
 	setAvailable(w, p)
 	setProgressing(w, p)
 	setDegraded(w, p)
+	setTLSHandover(w)
 	r.updateLock(ctx, w, p)
 	if equality.Semantic.DeepEqual(w.original.Status, w.cluster.Status) {
 		return nil
@@ -93,6 +100,11 @@ func (r *Reconciler) announce(w *world, p plan, o outcome) {
 	}
 	for _, msg := range w.features.foreignCertificates {
 		r.warnOnce(w, conditions.ReasonCertificateNotOwned, "CreateCertificates", msg)
+	}
+	if h := w.handover; h.blocked != "" {
+		r.warnOnce(w, conditions.ReasonHandoverBlocked, "HandOverTLS", h.blocked)
+	} else if c := conditions.Get(w.original.Status.Conditions, conditions.TLSHandover); c != nil && c.Status == metav1.ConditionTrue && !h.active {
+		r.event(w.cluster, false, conditions.ReasonHandoverComplete, "HandOverTLS", "TLS hand-over complete: every member runs the material spec.tls names and trusts its CA alone")
 	}
 	for _, f := range p.refused {
 		about := []client.Object{}

@@ -46,6 +46,8 @@ type world struct {
 	// key of one, is missing.
 	secrets       map[string]*corev1.Secret
 	secretProblem string
+	// handover is the TLS hand-over, if one runs (handover.go).
+	handover handover
 	// joinGate: the operator's image is configured, so a joining member's
 	// Pod starts before its add, held by the join gate (package join).
 	joinGate bool
@@ -369,6 +371,12 @@ func (w *world) leaderMember() *v1alpha2.EtcdMember {
 // target and its Pod runs it. A member without a Pod is not up to date: its
 // Pod is being made again, and until it runs, what it will run is unproven.
 func (w *world) upToDate(m *v1alpha2.EtcdMember) bool {
+	return w.runsTarget(m) && manifest.TLSStage(m, w.handover.final) == manifest.StageFinal
+}
+
+// runsTarget is upToDate but for the stage of a TLS hand-over: the member
+// and its Pod run the target, and the Pod its member's TLS as it is.
+func (w *world) runsTarget(m *v1alpha2.EtcdMember) bool {
 	if w.cluster.Status.Observed == nil || !manifest.UpToDate(m, w.cluster.Status.Observed) {
 		return false
 	}
@@ -379,7 +387,8 @@ func (w *world) upToDate(m *v1alpha2.EtcdMember) bool {
 	if h := p.Annotations[manifest.AnnotationTemplateHash]; h != "" && h != manifest.TemplateHash(m) {
 		return false
 	}
-	return len(w.changedSecrets(m)) == 0 && !conditions.IsFalse(m.Status.Conditions, conditions.StorageResized)
+	return len(w.changedSecrets(m)) == 0 && !conditions.IsFalse(m.Status.Conditions, conditions.StorageResized) &&
+		manifest.PodTLSCurrent(p, m)
 }
 
 // changedSecrets lists the Secrets whose material changed since the

@@ -253,6 +253,9 @@ func TestSnapshotWaitsForTheCluster(t *testing.T) {
 		{"auth not on yet", formed(func(c *v1alpha2.EtcdCluster) {
 			c.Spec.Auth = &v1alpha2.AuthSpec{Enabled: true, RootCredentialsSecretRef: &corev1.LocalObjectReference{Name: "root"}}
 		}), conditions.ReasonAuthLatchTimeout},
+		{"TLS hand-over under way", formed(func(c *v1alpha2.EtcdCluster) {
+			c.Status.Conditions = []metav1.Condition{{Type: conditions.TLSHandover, Status: metav1.ConditionTrue, Reason: conditions.ReasonRollingMembers}}
+		}), conditions.ReasonTLSHandoverTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, snap(pvcDest), tc.cluster, claim)

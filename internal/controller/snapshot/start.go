@@ -72,6 +72,11 @@ func (r *Reconciler) waitForCluster(p *pass, c *v1alpha2.EtcdCluster) (time.Dura
 	case c.Spec.Auth != nil && c.Spec.Auth.Enabled && !c.Status.AuthEnabled:
 		reason, timeout = conditions.ReasonAuthLatchTimeout, "has not turned etcd authentication on"
 		msg = fmt.Sprintf("Waiting for cluster %s to turn etcd authentication on", c.Name)
+	case conditions.IsTrue(c.Status.Conditions, conditions.TLSHandover):
+		// The agent trusts the material spec.tls names, which members
+		// serve only once they moved.
+		reason, timeout = conditions.ReasonTLSHandoverTimeout, "has not completed its TLS hand-over"
+		msg = fmt.Sprintf("Waiting for cluster %s to complete its TLS hand-over", c.Name)
 	default:
 		return 0, true
 	}
