@@ -13,7 +13,7 @@ import (
 // namespace, serviceName and tls, so those cannot change once set.
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.serviceName) || (has(self.serviceName) && self.serviceName == oldSelf.serviceName)",message="serviceName is part of the member's identity in etcd and cannot change once set"
-// +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)",message="tls is part of the member's identity in etcd (its URL scheme) and cannot change"
+// +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || (has(self.tls.clientServerSecretRef) == has(oldSelf.tls.clientServerSecretRef) && (has(self.tls.peerSecretRef) || (has(self.tls.peerAutoTLS) && self.tls.peerAutoTLS)) == (has(oldSelf.tls.peerSecretRef) || (has(oldSelf.tls.peerAutoTLS) && oldSelf.tls.peerAutoTLS))))",message="tls on each plane is part of the member's identity in etcd (its URL scheme) and cannot be turned on or off; its Secrets may change (a TLS hand-over)"
 type EtcdMemberSpec struct {
 	// ClusterName is the owning EtcdCluster.
 	// +kubebuilder:validation:MinLength=1

@@ -182,8 +182,15 @@ var celCases = []celCase{
 	{name: "member service name set once", kind: member, spec: memberMin, update: memberMin + "\nserviceName: c"},
 	{name: "member service name fixed once set", kind: member, spec: memberMin + "\nserviceName: c", update: memberMin + "\nserviceName: elsewhere", reject: "serviceName is part of the member's identity"},
 	{name: "member service name not removed", kind: member, spec: memberMin + "\nserviceName: c", update: memberMin, reject: "serviceName is part of the member's identity"},
-	{name: "member tls fixed", kind: member, spec: memberMin + "\ntls: {peerSecretRef: {name: p}}", update: memberMin + "\ntls: {peerSecretRef: {name: q}}", reject: "tls is part of the member's identity"},
-	{name: "member tls not added", kind: member, spec: memberMin, update: memberMin + "\ntls: {peerSecretRef: {name: p}}", reject: "tls is part of the member's identity"},
+	{name: "member tls Secrets may change", kind: member, spec: memberMin + "\ntls: {peerSecretRef: {name: p}}",
+		update: memberMin + "\ntls: {peerSecretRef: {name: q}, trustedCASecretRef: {name: t}, peerAllowedHostnames: [a]}"},
+	{name: "member peer tls not turned off", kind: member, spec: memberMin + "\ntls: {peerSecretRef: {name: p}, clientServerSecretRef: {name: s}}",
+		update: memberMin + "\ntls: {clientServerSecretRef: {name: s}}", reject: "tls on each plane is part of the member's identity"},
+	{name: "member client tls not turned on", kind: member, spec: memberMin + "\ntls: {peerSecretRef: {name: p}}",
+		update: memberMin + "\ntls: {peerSecretRef: {name: p}, clientServerSecretRef: {name: s}}", reject: "tls on each plane is part of the member's identity"},
+	{name: "member peer auto tls to a Secret", kind: member, spec: memberMin + "\ntls: {peerAutoTLS: true}",
+		update: memberMin + "\ntls: {peerSecretRef: {name: p}}"},
+	{name: "member tls not added", kind: member, spec: memberMin, update: memberMin + "\ntls: {peerSecretRef: {name: p}}", reject: "tls on each plane is part of the member's identity"},
 	{name: "member version may change (a roll-out)", kind: member, spec: memberMin, update: strings.Replace(memberMin, "3.6.16", "3.7.3", 1)},
 
 	// EtcdSnapshot: destination one-of and required fields.
