@@ -331,6 +331,11 @@ func requeue(w *world, p plan, o outcome) time.Duration {
 	if len(w.alarms()) > 0 {
 		consider(ptr.To(alarmPoll), 0)
 	}
+	if w.handover.awaiting != "" {
+		// cert-manager's Secrets are not watched until a member mounts
+		// them.
+		consider(ptr.To(awaitingMaterialPoll), 0)
+	}
 	if len(w.running()) > 0 {
 		consider(ptr.To(healthPoll), 0)
 	}

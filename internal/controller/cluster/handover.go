@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,10 @@ import (
 // both sides; the roll-out (roll.go) then moves the members one restart at
 // a time, every member one stage on before any goes further; report sets
 // the TLSHandover condition from what the members run.
+
+// awaitingMaterialPoll is how often a hand-over waiting for cert-manager's
+// Secrets looks again.
+const awaitingMaterialPoll = 10 * time.Second
 
 // handover is what the pass knows of a TLS hand-over.
 type handover struct {
