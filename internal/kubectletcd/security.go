@@ -31,7 +31,16 @@ type security struct {
 // etcd flags and the Secret volumes behind them.
 func discoverTLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, pod *corev1.Pod) (*tls.Config, string, error) {
 	if c != nil {
-		cfg, err := etcdconn.TLS(ctx, r, c)
+		// The members say which material they run: during a TLS hand-over
+		// some still serve the old.
+		var members []*v1alpha2.EtcdMember
+		list := &v1alpha2.EtcdMemberList{}
+		if err := r.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{manifest.LabelCluster: c.Name}); err == nil {
+			for i := range list.Items {
+				members = append(members, &list.Items[i])
+			}
+		}
+		cfg, err := etcdconn.TLS(ctx, r, c, members...)
 		if err != nil {
 			return nil, "", fmt.Errorf("client TLS of etcdcluster %s: %w", c.Name, err)
 		}
