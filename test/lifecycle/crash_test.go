@@ -78,6 +78,8 @@ func crashScenarios() []scenario {
 		{name: "roll 3 members onto a rotated Secret", start: 3, target: 3, peerTLS: true, disrupt: func(h *harness) {
 			h.putPeerSecret(with(peerMaterial, "tls.crt", "cert 2"))
 		}, check: restartedOnce},
+		{name: "hand the peer plane over to cert-manager", start: 3, target: 3, peerTLS: true, disrupt: handOverPeer,
+			finished: handedOver, check: restartedThrice},
 		{name: "enable authentication", start: 3, target: 3, auth: true, noPassword: true, disrupt: func(h *harness) {
 			h.putPassword("first")
 		}, check: func(h *harness) {

@@ -2,9 +2,17 @@ package lifecycle
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,4 +152,71 @@ func (h *harness) leaderName() string {
 		}
 	}
 	return ""
+}
+
+// putSecret creates or replaces a Secret's data.
+func (h *harness) putSecret(name string, data map[string][]byte) {
+	h.t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
+	err := h.raw.Get(context.Background(), client.ObjectKeyFromObject(s), &corev1.Secret{})
+	if err == nil {
+		err = h.raw.Update(context.Background(), s)
+	} else {
+		err = h.raw.Create(context.Background(), s)
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// issuedPeerMaterial is what cert-manager would write into the peer Secret
+// of cluster c: a certificate valid for the identity the members then
+// require of a peer (the fake etcd checks no handshake, the operator
+// checks the name).
+func issuedPeerMaterial(t *testing.T) map[string][]byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "c-peer"}, DNSNames: []string{"*.c." + ns + ".svc"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return map[string][]byte{manifest.KeyCert: crt, manifest.KeyKey: []byte("key 2"), manifest.KeyCA: crt}
+}
+
+// handOverPeer moves cluster c's peer plane to cert-manager, with the
+// Secret cert-manager would write already there.
+func handOverPeer(h *harness) {
+	h.putSecret("c-peer-tls", issuedPeerMaterial(h.t))
+	h.editSpec("c", func(s *v1alpha2.EtcdClusterSpec) {
+		s.TLS.Peer = &v1alpha2.PeerTLS{CertManager: &v1alpha2.PeerCertManager{IssuerRef: v1alpha2.IssuerReference{Name: "ca"}}}
+	})
+}
+
+// handedOver: every member of c runs the issued peer Secret alone, and the
+// condition says so.
+func handedOver(h *harness) bool {
+	for _, m := range h.members("c") {
+		if t := m.Spec.TLS; t == nil || t.PeerSecretRef == nil || t.PeerSecretRef.Name != "c-peer-tls" || t.TrustedCASecretRef != nil {
+			return false
+		}
+	}
+	c := conditions.Get(h.getCluster("c").Status.Conditions, conditions.TLSHandover)
+	return c != nil && c.Reason == conditions.ReasonHandoverComplete
+}
+
+// restartedThrice: a hand-over resumed without restarting a member more
+// than its three steps.
+func restartedThrice(h *harness) {
+	for name, n := range h.incarnations() {
+		if n > 4 {
+			h.t.Errorf("member %s was started %d times in a hand-over of three restarts each", name, n)
+		}
+	}
 }
