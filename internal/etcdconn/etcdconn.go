@@ -149,10 +149,29 @@ func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, members 
 	if !handingOver {
 		servers = []string{mt.ClientServerSecretRef.Name}
 	}
+	pool, err := rootCAs(ctx, r, c.Namespace, servers, trust, handingOver)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	names := []string{OperatorClientSecret(c)}
+	if prev := c.Status.OperatorClientSecret; handingOver && prev != "" && prev != names[0] {
+		names = append(names, prev)
+	}
+	if cfg.Certificates, err = clientCertificates(ctx, r, c.Namespace, names, handingOver); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// rootCAs pools the ca.crt of the server Secrets and the client CAs of
+// the trust Secret. Out of a hand-over the one server Secret must be
+// there; during one, any usable CA does.
+func rootCAs(ctx context.Context, r client.Reader, ns string, servers []string, trust string, handingOver bool) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	usable := false
 	for _, name := range servers {
-		server, err := secret(ctx, r, c.Namespace, name)
+		server, err := secret(ctx, r, ns, name)
 		switch {
 		case err != nil && !handingOver:
 			return nil, err
@@ -161,27 +180,26 @@ func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, members 
 		}
 	}
 	if trust != "" {
-		if s, err := secret(ctx, r, c.Namespace, trust); err == nil && pool.AppendCertsFromPEM(s.Data[manifest.KeyClientCA]) {
+		if s, err := secret(ctx, r, ns, trust); err == nil && pool.AppendCertsFromPEM(s.Data[manifest.KeyClientCA]) {
 			usable = true
 		}
 	}
 	if !usable {
 		return nil, fmt.Errorf("secret %s has no usable ca.crt to verify etcd's server certificate", strings.Join(servers, ", "))
 	}
-	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	names := []string{OperatorClientSecret(c)}
-	if prev := c.Status.OperatorClientSecret; handingOver && prev != "" && prev != names[0] {
-		names = append(names, prev)
-	}
-	if names[0] == "" && len(names) == 1 {
-		return cfg, nil
-	}
+	return pool, nil
+}
+
+// clientCertificates loads the client certificates of the named Secrets
+// ("" names none). During a hand-over one of them is enough.
+func clientCertificates(ctx context.Context, r client.Reader, ns string, names []string, handingOver bool) ([]tls.Certificate, error) {
+	var out []tls.Certificate
 	var errs []error
 	for _, name := range names {
 		if name == "" {
 			continue
 		}
-		s, err := secret(ctx, r, c.Namespace, name)
+		s, err := secret(ctx, r, ns, name)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -191,13 +209,12 @@ func TLS(ctx context.Context, r client.Reader, c *v1alpha2.EtcdCluster, members 
 			errs = append(errs, fmt.Errorf("secret %s: bad client certificate: %w", name, err))
 			continue
 		}
-		cfg.Certificates = append(cfg.Certificates, cert)
+		out = append(out, cert)
 	}
-	if len(cfg.Certificates) == 0 || !handingOver && len(errs) > 0 {
-		// During a hand-over one of the two is enough.
+	if len(errs) > 0 && (len(out) == 0 || !handingOver) {
 		return nil, errors.Join(errs...)
 	}
-	return cfg, nil
+	return out, nil
 }
 
 // mountedServerSecrets lists the client-plane server Secrets the members

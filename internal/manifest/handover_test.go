@@ -25,13 +25,12 @@ func TestTLSStagesAndTheirPods(t *testing.T) {
 		clientCA       string
 		peerCA         string
 		peerHostnames  []string
-		trustMounted   bool
 		secretsMounted []string
 	}{
-		{StageOld, "own-server", "own-peer", ClientTLSDir + "/ca.crt", PeerTLSDir + "/ca.crt", []string{"old.example"}, false, []string{"own-server", "own-peer"}},
-		{StageTrusting, "own-server", "own-peer", TrustedCADir + "/" + KeyClientCA, TrustedCADir + "/" + KeyPeerCA, []string{"old.example", "peer.c.ns.svc"}, true, []string{"own-server", "own-peer", "c-tls-handover"}},
-		{StageSwitched, "c-server-tls", "c-peer-tls", TrustedCADir + "/" + KeyClientCA, TrustedCADir + "/" + KeyPeerCA, []string{"old.example", "peer.c.ns.svc"}, true, []string{"c-server-tls", "c-peer-tls", "c-tls-handover"}},
-		{StageFinal, "c-server-tls", "c-peer-tls", ClientTLSDir + "/ca.crt", PeerTLSDir + "/ca.crt", []string{"peer.c.ns.svc"}, false, []string{"c-server-tls", "c-peer-tls"}},
+		{StageOld, "own-server", "own-peer", ClientTLSDir + "/ca.crt", PeerTLSDir + "/ca.crt", []string{"old.example"}, []string{"own-server", "own-peer"}},
+		{StageTrusting, "own-server", "own-peer", TrustedCADir + "/" + KeyClientCA, TrustedCADir + "/" + KeyPeerCA, []string{"old.example", "peer.c.ns.svc"}, []string{"own-server", "own-peer", "c-tls-handover"}},
+		{StageSwitched, "c-server-tls", "c-peer-tls", TrustedCADir + "/" + KeyClientCA, TrustedCADir + "/" + KeyPeerCA, []string{"old.example", "peer.c.ns.svc"}, []string{"c-server-tls", "c-peer-tls", "c-tls-handover"}},
+		{StageFinal, "c-server-tls", "c-peer-tls", ClientTLSDir + "/ca.crt", PeerTLSDir + "/ca.crt", []string{"peer.c.ns.svc"}, []string{"c-server-tls", "c-peer-tls"}},
 	}
 	for i, s := range steps {
 		if i > 0 {
@@ -44,33 +43,36 @@ func TestTLSStagesAndTheirPods(t *testing.T) {
 		if got := TLSStage(m, final); got != s.stage {
 			t.Fatalf("step %d: stage %d, want %d", i, got, s.stage)
 		}
-		pod := Pod(m, PodOptions{})
-		if !PodTLSCurrent(pod, m) {
-			t.Errorf("step %d: the Pod made from the member is not current", i)
+		checkStagePod(t, i, m, []string{"--cert-file=" + ClientTLSDir + "/tls.crt", "--trusted-ca-file=" + s.clientCA, "--peer-trusted-ca-file=" + s.peerCA,
+			"--peer-cert-allowed-hostname=" + strings.Join(s.peerHostnames, ",")}, s.secretsMounted)
+	}
+}
+
+// checkStagePod checks the Pod made from a member at one stage of a
+// hand-over: current, with the flags and the Secrets of the stage.
+func checkStagePod(t *testing.T, step int, m *v1alpha2.EtcdMember, flags, secrets []string) {
+	t.Helper()
+	pod := Pod(m, PodOptions{})
+	if !PodTLSCurrent(pod, m) {
+		t.Errorf("step %d: the Pod made from the member is not current", step)
+	}
+	cmd := strings.Join(EtcdCommand(m), " ")
+	for _, want := range flags {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("step %d: command %q lacks %q", step, cmd, want)
 		}
-		cmd := strings.Join(EtcdCommand(m), " ")
-		for _, want := range []string{"--cert-file=" + ClientTLSDir + "/tls.crt", "--trusted-ca-file=" + s.clientCA, "--peer-trusted-ca-file=" + s.peerCA,
-			"--peer-cert-allowed-hostname=" + strings.Join(s.peerHostnames, ",")} {
-			if !strings.Contains(cmd, want) {
-				t.Errorf("step %d: command %q lacks %q", i, cmd, want)
-			}
+	}
+	var mounted, used []string
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret != nil {
+			mounted = append(mounted, v.Secret.SecretName)
 		}
-		var mounted []string
-		for _, v := range pod.Spec.Volumes {
-			if v.Secret != nil {
-				mounted = append(mounted, v.Secret.SecretName)
-			}
-		}
-		if !slices.Equal(mounted, s.secretsMounted) {
-			t.Errorf("step %d: Pod mounts %v, want %v", i, mounted, s.secretsMounted)
-		}
-		var used []string
-		for _, u := range MountedSecrets(m) {
-			used = append(used, u.Name)
-		}
-		if !slices.Equal(used, s.secretsMounted) {
-			t.Errorf("step %d: MountedSecrets %v, want %v", i, used, s.secretsMounted)
-		}
+	}
+	for _, u := range MountedSecrets(m) {
+		used = append(used, u.Name)
+	}
+	if !slices.Equal(mounted, secrets) || !slices.Equal(used, secrets) {
+		t.Errorf("step %d: Pod mounts %v, MountedSecrets %v, want %v", step, mounted, used, secrets)
 	}
 }
 

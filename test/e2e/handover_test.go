@@ -64,15 +64,7 @@ func TestTLSHandover(t *testing.T) {
 	}
 	newCA := secretData(t, ns, "etcd-ca", "tls.crt")
 
-	old := newNamedCA(t, "own etcd CA")
-	domains := []string{"*." + name + "." + ns + ".svc", "*." + name + "." + ns + ".svc.cluster.local", name + "-client." + ns + ".svc", "localhost"}
-	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
-	createTLSSecret(t, ns, name+"-server", old.issue(t, "server", domains, usage), old.certPEM)
-	createTLSSecret(t, ns, name+"-peer", old.issue(t, "peer", domains[:2], usage), old.certPEM)
-	operator := old.issue(t, "operator", nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
-	createTLSSecret(t, ns, name+"-operator", operator, old.certPEM)
-	oldCert := x509Pair(t, operator)
-
+	old, oldCert := ownMaterial(t, ns, name)
 	// The writer trusts both CAs from the start and offers the client
 	// certificate each member asks for: what docs/security.md tells
 	// clients to do before a hand-over.
@@ -127,30 +119,13 @@ func TestTLSHandover(t *testing.T) {
 	w.requireWritesAfter("handed over", 10, time.Minute)
 	t.Logf("hand-over: longest write stall %s", w.longestStall("hand over", "handed over").Round(time.Millisecond))
 
-	c := getCluster(t, ns, name)
-	if lr := c.Status.LastRollOut; lr == nil || lr.Cause != v1alpha2.RollOutCauseTLSHandover || len(lr.Restarted) != 3 || lr.CompletionTime == nil {
-		t.Errorf("last roll-out %+v, want a completed TLSHandover roll-out of the 3 members", lr)
-	}
-	if after := memberIDs(t, ns, name); !maps.Equal(after, before) {
-		t.Errorf("members and their etcd IDs changed: %v, were %v", after, before)
-	}
-	for n, p := range pods(t, ns, name) {
-		for _, v := range p.Spec.Volumes {
-			if v.Secret != nil && (v.Secret.SecretName == name+"-server" || v.Secret.SecretName == name+"-peer" || v.Name == "tls-trust") {
-				t.Errorf("member %s still mounts %s", n, v.Secret.SecretName)
-			}
-		}
-	}
-	r := &rotation{t: t, ns: ns, name: name, w: w, clientCert: &newCert}
-	r.servingSerial("2379", secretLeaf(t, ns, name+"-server-tls").SerialNumber)
-	r.servingSerial("2380", secretLeaf(t, ns, name+"-peer-tls").SerialNumber)
-	err = k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manifest.HandoverSecretName(name)}, &corev1.Secret{})
-	if !apierrors.IsNotFound(err) {
-		t.Errorf("the hand-over's trust Secret is still there (%v)", err)
-	}
+	checkHandedOver(t, ns, name, before, &newCert)
 
 	// Clients: the stale one is refused now; one with both CAs but only
 	// the old certificate too; the new certificate is served.
+	if eps, err = podEndpoints(ns, name); err != nil {
+		t.Fatal(err)
+	}
 	if err := readOnce(ns, name, eps, staleTLS); err == nil {
 		t.Error("a client that trusts only the old CA was served after the hand-over")
 	}
@@ -170,4 +145,47 @@ func TestTLSHandover(t *testing.T) {
 	if cond := meta.FindStatusCondition(getCluster(t, ns, name).Status.Conditions, conditions.TLSHandover); cond == nil || cond.Status != metav1.ConditionFalse {
 		t.Errorf("TLSHandover %+v, want False/Complete", cond)
 	}
+}
+
+// checkHandedOver: the hand-over was one roll-out of the three members,
+// which kept their etcd identities, mount nothing of the old material,
+// serve the new certificates; the trust Secret is gone.
+func checkHandedOver(t *testing.T, ns, name string, before map[string]string, newCert *atomic.Pointer[tls.Certificate]) {
+	t.Helper()
+	c := getCluster(t, ns, name)
+	if lr := c.Status.LastRollOut; lr == nil || lr.Cause != v1alpha2.RollOutCauseTLSHandover || len(lr.Restarted) != 3 || lr.CompletionTime == nil {
+		t.Errorf("last roll-out %+v, want a completed TLSHandover roll-out of the 3 members", lr)
+	}
+	if after := memberIDs(t, ns, name); !maps.Equal(after, before) {
+		t.Errorf("members and their etcd IDs changed: %v, were %v", after, before)
+	}
+	for n, p := range pods(t, ns, name) {
+		for _, v := range p.Spec.Volumes {
+			if v.Secret != nil && (v.Secret.SecretName == name+"-server" || v.Secret.SecretName == name+"-peer" || v.Name == "tls-trust") {
+				t.Errorf("member %s still mounts %s", n, v.Secret.SecretName)
+			}
+		}
+	}
+	r := &rotation{t: t, ns: ns, name: name, clientCert: newCert}
+	r.servingSerial("2379", secretLeaf(t, ns, name+"-server-tls").SerialNumber)
+	r.servingSerial("2380", secretLeaf(t, ns, name+"-peer-tls").SerialNumber)
+	err := k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: manifest.HandoverSecretName(name)}, &corev1.Secret{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the hand-over's trust Secret is still there (%v)", err)
+	}
+}
+
+// ownMaterial makes the user's own CA and the cluster's Secrets from it
+// (<name>-server, -peer, -operator), and returns the CA and the client
+// certificate.
+func ownMaterial(t *testing.T, ns, name string) (*testCA, *tls.Certificate) {
+	t.Helper()
+	old := newNamedCA(t, "own etcd CA")
+	domains := []string{"*." + name + "." + ns + ".svc", "*." + name + "." + ns + ".svc.cluster.local", name + "-client." + ns + ".svc", "localhost"}
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	createTLSSecret(t, ns, name+"-server", old.issue(t, "server", domains, usage), old.certPEM)
+	createTLSSecret(t, ns, name+"-peer", old.issue(t, "peer", domains[:2], usage), old.certPEM)
+	operator := old.issue(t, "operator", nil, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
+	createTLSSecret(t, ns, name+"-operator", operator, old.certPEM)
+	return old, x509Pair(t, operator)
 }

@@ -323,51 +323,50 @@ func equalTLS(a, b *v1alpha2.MemberTLS) bool { return manifest.TLSHash(a) == man
 // made on cert-manager; members made before the peer identity existed
 // (same Secrets, less in their TLS); Pods made before the TLS annotation.
 func TestNoHandoverWhereNothingMoved(t *testing.T) {
-	cases := map[string]func(w *world){
-		"own Secrets, unchanged": func(w *world) { w.cluster.Spec.TLS = ownTLS.DeepCopy() },
-		"made on cert-manager":   func(w *world) {},
-		"members without the peer identity": func(w *world) {
-			for _, m := range w.members {
-				m.Spec.TLS.PeerAllowedHostnames = nil
-			}
-		},
-		"Pods without the TLS annotation": func(w *world) {
-			for _, p := range w.pods {
-				delete(p.Annotations, manifest.AnnotationTLS)
-			}
-		},
-	}
-	for name, mod := range cases {
+	for name, c := range map[string]struct {
+		spec *v1alpha2.EtcdClusterTLS
+		// members changes the members before their Pods are made, pods
+		// the Pods.
+		members func(*v1alpha2.EtcdMember)
+		pods    func(*corev1.Pod)
+	}{
+		"own Secrets, unchanged": {spec: ownTLS},
+		"made on cert-manager":   {spec: issuedTLS},
+		"members without the peer identity": {spec: issuedTLS,
+			members: func(m *v1alpha2.EtcdMember) { m.Spec.TLS.PeerAllowedHostnames = nil }},
+		"Pods without the TLS annotation": {spec: issuedTLS,
+			pods: func(p *corev1.Pod) { delete(p.Annotations, manifest.AnnotationTLS) }},
+	} {
 		t.Run(name, func(t *testing.T) {
-			w := healthyWorld(3, func(w *world) { w.cluster.Spec.TLS = issuedTLS.DeepCopy() })
-			if name == "own Secrets, unchanged" {
-				mod(w)
-			}
+			w := healthyWorld(3, func(w *world) { w.cluster.Spec.TLS = c.spec.DeepCopy() })
 			for _, m := range w.members {
 				m.Spec.TLS = manifest.MemberTLSOf(w.cluster)
-			}
-			if name == "members without the peer identity" {
-				mod(w)
-			}
-			for _, m := range w.members {
+				if c.members != nil {
+					c.members(m)
+				}
 				w.pods[m.Name] = podFor(w, m)
+				if c.pods != nil {
+					c.pods(w.pods[m.Name])
+				}
 			}
-			if name == "Pods without the TLS annotation" {
-				mod(w)
-			}
-			objs := append(ownSecrets(), issuedSecrets()...)
-			r, c, _ := certTestReconciler(t, true, objs...)
-			p := pass(t, r, c, w)
-			if p.change != nil {
-				t.Fatalf("change %v %s, want none", p.change.kind, nameOf(p.change.member))
-			}
-			if cond := conditions.Get(w.cluster.Status.Conditions, conditions.TLSHandover); cond != nil {
-				t.Errorf("condition %+v on a cluster that never moved", cond)
-			}
-			if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "c-tls-handover"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-				t.Errorf("trust Secret written (%v)", err)
-			}
+			r, cl, _ := certTestReconciler(t, true, append(ownSecrets(), issuedSecrets()...)...)
+			checkNothingMoves(t, r, cl, w)
 		})
+	}
+}
+
+// checkNothingMoves: a pass restarts nothing, sets no TLSHandover and
+// writes no trust Secret.
+func checkNothingMoves(t *testing.T, r *Reconciler, c client.Client, w *world) {
+	t.Helper()
+	if p := pass(t, r, c, w); p.change != nil {
+		t.Fatalf("change %v %s, want none", p.change.kind, nameOf(p.change.member))
+	}
+	if cond := conditions.Get(w.cluster.Status.Conditions, conditions.TLSHandover); cond != nil {
+		t.Errorf("condition %+v on a cluster that never moved", cond)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "c-tls-handover"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("trust Secret written (%v)", err)
 	}
 }
 

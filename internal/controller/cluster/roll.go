@@ -168,7 +168,7 @@ func (pl *planner) finishRoll() bool {
 func outdated(w *world) []*v1alpha2.EtcdMember {
 	var out []*v1alpha2.EtcdMember
 	for _, m := range w.running() {
-		if !w.upToDate(m) && !(w.runsTarget(m) && w.tlsWaits(m)) {
+		if !w.upToDate(m) && (!w.runsTarget(m) || !w.tlsWaits(m)) {
 			out = append(out, m)
 		}
 	}
