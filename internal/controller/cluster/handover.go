@@ -35,10 +35,10 @@ const awaitingMaterialPoll = 10 * time.Second
 type handover struct {
 	// final is the members' TLS the spec asks for.
 	final *v1alpha2.MemberTLS
-	// minStage is the lowest stage of a member that stays.
+	// minStage is the lowest stage of a member that runs or stays.
 	minStage int
-	// active: a member that stays is not at the final stage, or its Pod
-	// does not run its TLS yet.
+	// active: such a member is not at the final stage, or its Pod does
+	// not run its TLS yet.
 	active bool
 	// awaiting says which of the new material is not there yet.
 	awaiting string
@@ -50,10 +50,12 @@ type handover struct {
 	trustReady bool
 }
 
-// handoverMembers are the members a hand-over moves: those that stay,
-// dormant ones included.
+// handoverMembers are the members a hand-over must account for: those
+// that stay, dormant ones included, and those leaving whose Pod still
+// runs (a member joining meanwhile must trust them and be trusted by
+// them until they are gone).
 func (w *world) handoverMembers() []*v1alpha2.EtcdMember {
-	return w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) })
+	return w.filter(func(m *v1alpha2.EtcdMember) bool { return !deleting(m) || w.pods[m.Name] != nil })
 }
 
 // readHandover works out, from the members alone, whether a hand-over runs

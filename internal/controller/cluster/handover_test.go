@@ -391,3 +391,24 @@ func TestJoinerDuringAHandover(t *testing.T) {
 		t.Errorf("joiner TLS %+v with no hand-over, want the spec's (nil)", got)
 	}
 }
+
+// A memory-backed member replaced for its step: while it leaves, its
+// replacement joins one stage on from it, not from the members already
+// further, which it would refuse.
+func TestJoinerBesideALeavingMember(t *testing.T) {
+	r, _, w := handoverWorld(t, append(ownSecrets(), issuedSecrets()...)...)
+	final := manifest.MemberTLSOf(w.cluster)
+	for _, m := range w.members[1:] {
+		m.Spec.TLS = manifest.NextTLS(m, final, "c-tls-handover")
+		w.pods[m.Name] = podFor(w, m)
+	}
+	deletedMember("m0")(w)
+	w.handover = handover{}
+	if err := r.ensureTrust(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	got := joinTLS(w)
+	if got == nil || manifest.TLSStage(&v1alpha2.EtcdMember{Spec: v1alpha2.EtcdMemberSpec{TLS: got}}, final) != manifest.StageTrusting {
+		t.Fatalf("joiner TLS %+v, want the trusting stage (the leaving m0 still runs on the old material)", got)
+	}
+}
