@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"maps"
 	"sync/atomic"
 	"testing"
@@ -152,9 +153,14 @@ func TestTLSHandover(t *testing.T) {
 // serve the new certificates; the trust Secret is gone.
 func checkHandedOver(t *testing.T, ns, name string, before map[string]string, newCert *atomic.Pointer[tls.Certificate]) {
 	t.Helper()
-	c := getCluster(t, ns, name)
-	if lr := c.Status.LastRollOut; lr == nil || lr.Cause != v1alpha2.RollOutCauseTLSHandover || len(lr.Restarted) != 3 || lr.CompletionTime == nil {
-		t.Errorf("last roll-out %+v, want a completed TLSHandover roll-out of the 3 members", lr)
+	// The roll-out's end is recorded once the last member settled, a few
+	// seconds after the target is reached.
+	eventually(t, time.Minute, "the hand-over's roll-out is recorded complete", func() (bool, string) {
+		lr := getCluster(t, ns, name).Status.LastRollOut
+		return lr != nil && lr.CompletionTime != nil, fmt.Sprintf("last roll-out %+v", lr)
+	})
+	if lr := getCluster(t, ns, name).Status.LastRollOut; lr.Cause != v1alpha2.RollOutCauseTLSHandover || len(lr.Restarted) != 3 {
+		t.Errorf("last roll-out %+v, want a TLSHandover roll-out of the 3 members", lr)
 	}
 	if after := memberIDs(t, ns, name); !maps.Equal(after, before) {
 		t.Errorf("members and their etcd IDs changed: %v, were %v", after, before)
