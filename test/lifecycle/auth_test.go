@@ -26,17 +26,8 @@ func withAuth(c *v1alpha2.EtcdCluster) {
 // putPassword creates or replaces the user's basic-auth Secret.
 func (h *harness) putPassword(pw string) {
 	h.t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "root-creds"}, Type: corev1.SecretTypeBasicAuth,
-		Data: map[string][]byte{"username": []byte("root"), "password": []byte(pw)}}
-	err := h.raw.Get(context.Background(), client.ObjectKeyFromObject(s), &corev1.Secret{})
-	if err == nil {
-		err = h.raw.Update(context.Background(), s)
-	} else {
-		err = h.raw.Create(context.Background(), s)
-	}
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	h.putSecretObject(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "root-creds"}, Type: corev1.SecretTypeBasicAuth,
+		Data: map[string][]byte{"username": []byte("root"), "password": []byte(pw)}})
 }
 
 // recorded is the root password in the operator's own Secret.

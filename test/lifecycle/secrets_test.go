@@ -35,19 +35,11 @@ func withPeerTLS(c *v1alpha2.EtcdCluster) {
 // putPeerSecret creates or replaces the peer Secret's data.
 func (h *harness) putPeerSecret(data map[string]string) {
 	h.t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "peer-tls"}, Data: map[string][]byte{}}
+	b := map[string][]byte{}
 	for k, v := range data {
-		s.Data[k] = []byte(v)
+		b[k] = []byte(v)
 	}
-	err := h.raw.Get(context.Background(), client.ObjectKeyFromObject(s), &corev1.Secret{})
-	if err == nil {
-		err = h.raw.Update(context.Background(), s)
-	} else {
-		err = h.raw.Create(context.Background(), s)
-	}
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	h.putSecret("peer-tls", b)
 }
 
 var peerMaterial = map[string]string{manifest.KeyCert: "cert 1", manifest.KeyKey: "key 1", manifest.KeyCA: "ca 1"}
@@ -157,7 +149,12 @@ func (h *harness) leaderName() string {
 // putSecret creates or replaces a Secret's data.
 func (h *harness) putSecret(name string, data map[string][]byte) {
 	h.t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
+	h.putSecretObject(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data})
+}
+
+// putSecretObject creates or replaces a Secret.
+func (h *harness) putSecretObject(s *corev1.Secret) {
+	h.t.Helper()
 	err := h.raw.Get(context.Background(), client.ObjectKeyFromObject(s), &corev1.Secret{})
 	if err == nil {
 		err = h.raw.Update(context.Background(), s)
