@@ -27,8 +27,9 @@ const certManagerPoll = 30 * time.Second
 // without cert-manager the cluster gets nothing it could only half use.
 //
 // A Certificate is created once and never changed: cert-manager renews it,
-// and the TLS spec it is made from cannot change (CEL). One of the same name
-// that is not the cluster's is reported and left alone.
+// and the issuers it is made from cannot change (CEL; a TLS hand-over only
+// adds Certificates). One of the same name that is not the cluster's is
+// reported and left alone, and holds a hand-over (Blocked).
 func (r *Reconciler) ensureCertificates(ctx context.Context, w *world) error {
 	if !manifest.UsesCertManager(w.cluster) {
 		return nil
