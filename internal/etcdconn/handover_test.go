@@ -2,17 +2,10 @@ package etcdconn
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,52 +15,34 @@ import (
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
+	"github.com/seed74754924/etcd-operator/test/infra/sandbox/pki"
 )
 
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type ca struct{ *pki.CA }
 
 func newCA(t *testing.T, cn string) *ca {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := pki.NewCA(cn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now().Add(-time.Hour),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	return &ca{c}
 }
 
 // issue returns a certificate and key in PEM for localhost.
 func (c *ca) issue(t *testing.T, cn string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p, err := c.Issue(pki.Request{CommonName: cn, DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Server: true, Client: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn}, DNSNames: []string{"localhost"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return p.CertPEM, p.KeyPEM
 }
 
 func (c *ca) secret(t *testing.T, name string) *corev1.Secret {
 	crt, key := c.issue(t, name)
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
-		Data: map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": c.pem}}
+		Data: map[string][]byte{"tls.crt": crt, "tls.key": key, "ca.crt": c.CertPEM()}}
 }
 
 // serve runs a TLS server with a certificate of server's CA that asks for
@@ -81,7 +56,7 @@ func serve(t *testing.T, server, clients *ca) (string, <-chan error) {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(clients.cert)
+	pool.AddCert(clients.Cert)
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +83,7 @@ func serve(t *testing.T, server, clients *ca) (string, <-chan error) {
 func TestTLSDuringAHandover(t *testing.T) {
 	oldCA, newCA := newCA(t, "own CA"), newCA(t, "etcd-ca")
 	trust := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "c-tls-handover", Namespace: "ns"},
-		Data: map[string][]byte{manifest.KeyClientCA: append(append([]byte{}, oldCA.pem...), newCA.pem...)}}
+		Data: map[string][]byte{manifest.KeyClientCA: append(oldCA.CertPEM(), newCA.CertPEM()...)}}
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	r := fake.NewClientBuilder().WithScheme(scheme).WithObjects(oldCA.secret(t, "own-server"), oldCA.secret(t, "own-operator"),
