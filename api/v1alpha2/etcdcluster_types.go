@@ -305,8 +305,15 @@ type EtcdClusterStatus struct {
 	// not moved yet still require; the operator offers both.
 	// +optional
 	OperatorClientSecret string `json:"operatorClientSecret,omitempty"` // writer: report, from the world
-	// Conditions: Available, Progressing, Degraded, and TLSHandover once
-	// the cluster's TLS moved to cert-manager.
+	// LastMoveApart is the operator's last move of a member off a node it
+	// shared with another member of the cluster: recorded before the member
+	// is deleted, so that a move that did not place its replacement apart is
+	// not made again until the nodes that fit change.
+	// +optional
+	LastMoveApart *MoveApart `json:"lastMoveApart,omitempty"` // writer: moveApart (act), then report
+	// Conditions: Available, Progressing, Degraded, TLSHandover once the
+	// cluster's TLS moved to cert-manager, and MembersApart once two of its
+	// members shared a node.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -557,3 +564,22 @@ const (
 	SnapshotBeforeScaleIn       SnapshotBeforeChange = "ScaleIn"
 	SnapshotBeforePause         SnapshotBeforeChange = "Pause"
 )
+
+// MoveApart is a move of a member off a node it shared with other members
+// of its cluster: the member is replaced, its replacement joining first.
+type MoveApart struct {
+	// Member is the member moved (deleted, then replaced).
+	Member string `json:"member"`
+	// Node is the node it shared.
+	Node string `json:"node"`
+	// Sharing is how many members shared a node with another before the
+	// move.
+	Sharing int32 `json:"sharing"`
+	// FittingNodes are the nodes that held no member of the cluster and
+	// that the member's Pod fitted (Ready, schedulable, taints tolerated,
+	// node selector and required node affinity matched) before the move.
+	// +optional
+	FittingNodes []string `json:"fittingNodes,omitempty"`
+	// Time is when the move started.
+	Time metav1.Time `json:"time"`
+}

@@ -157,6 +157,19 @@ const (
 	ReasonHandoverComplete = "Complete"
 )
 
+// MembersApart is set on a cluster once two of its members shared a node:
+// True when each runs on a node of its own again (spread.go in package
+// cluster moves them apart).
+const (
+	MembersApart = "MembersApart"
+
+	ReasonApart          = "Apart"
+	ReasonSharingNode    = "SharingNode"
+	ReasonMovingApart    = "MovingApart"
+	ReasonNoNodeFits     = "NoNodeFits"
+	ReasonMoveDidNotHelp = "MoveDidNotHelp"
+)
+
 // Set records a condition with the object's generation; the transition time
 // (now, from the controller's clock) only moves when the status does.
 func Set(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string, now time.Time) {

@@ -95,6 +95,8 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return outcome{err: r.actRecovery(ctx, w, c)}
 	case takeSnapshot:
 		return outcome{err: r.takeSnapshot(ctx, w, c)}
+	case moveApart:
+		return outcome{err: r.moveMemberApart(ctx, w, c)}
 	}
 	return outcome{err: fmt.Errorf("unknown change %d", c.kind)}
 }

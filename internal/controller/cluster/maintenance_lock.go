@@ -115,7 +115,7 @@ func heldLock(w *world) *v1alpha2.MaintenanceLock {
 // recording facts and latching targets are not.
 func disruptive(k changeKind) bool {
 	switch k {
-	case addLearner, promote, removeFromEtcd, removeStray, deleteMember, setDormant, restart, forceNewCluster, fence, discard:
+	case addLearner, promote, removeFromEtcd, removeStray, deleteMember, setDormant, restart, forceNewCluster, fence, discard, moveApart:
 		return true
 	}
 	return false

@@ -80,6 +80,7 @@ func (r *Reconciler) observe(ctx context.Context, c *v1alpha2.EtcdCluster) (*wor
 		return nil, err
 	}
 	r.readEtcd(ctx, w)
+	r.readNodes(ctx, w)
 	r.readRecoverySnapshot(ctx, w)
 	r.readSnapshotBefore(ctx, w)
 	r.readDefrags(ctx, w)

@@ -51,6 +51,9 @@ import (
 // 16. rollOut: one member at a time onto the target, the leader last
 //     (roll.go).
 // 17. enableAuth: authentication once the target is reached (auth.go).
+// 18. moveApart: a member that shares a node with another moved off it,
+//     replaced like any member, once nothing else is to be done and a
+//     node of its own fits it (spread.go).
 //
 // Then, whatever was chosen, heldBack: a disruptive change waits while a
 // defragmentation holds the maintenance lock (maintenance_lock.go).
@@ -105,6 +108,9 @@ const (
 	// takeSnapshot creates the EtcdSnapshot a changed spec waits for
 	// (spec.snapshotBefore).
 	takeSnapshot
+	// moveApart records a move in status.lastMoveApart and deletes the
+	// member, which a replacement then takes the place of (spread.go).
+	moveApart
 )
 
 var changeNames = map[changeKind]string{
@@ -113,7 +119,7 @@ var changeNames = map[changeKind]string{
 	release: "release", removeStray: "removeStray", deleteMember: "deleteMember", setDormant: "setDormant", wake: "wake",
 	restart: "restart", completeRollOut: "completeRollOut", enableDowngrade: "enableDowngrade", cancelDowngrade: "cancelDowngrade", enableAuth: "enableAuth",
 	forceNewCluster: "forceNewCluster", clearForce: "clearForce", fence: "fence", unfence: "unfence", discard: "discard",
-	takeSnapshot: "takeSnapshot",
+	takeSnapshot: "takeSnapshot", moveApart: "moveApart",
 }
 
 func (k changeKind) String() string {
@@ -144,6 +150,8 @@ type change struct {
 	keepClaim bool
 	// snapshot is the EtcdSnapshot takeSnapshot creates.
 	snapshot *v1alpha2.EtcdSnapshot
+	// move is the record moveApart writes before the deletion.
+	move *v1alpha2.MoveApart
 	// thenRemove: a deletion to scale down goes on, in the same pass,
 	// with the member's removal from etcd (etcdID, handOver). The deletion
 	// is recorded first: were the operator to stop between the two, the
@@ -176,6 +184,9 @@ type plan struct {
 	// (nil clears it); written only when the change succeeded.
 	recovery    *v1alpha2.RecoveryStatus
 	recoverySet bool
+	// apart is why members that share a node are, or are not, moved apart
+	// (the MembersApart condition), when the last stage looked.
+	apart *finding
 }
 
 // refusal is a change held back, for Degraded and a Warning Event.
@@ -229,6 +240,7 @@ func decide(w *world) plan {
 		(*planner).cancelStaleDowngrade,
 		(*planner).rollOut,
 		(*planner).enableAuth,
+		(*planner).moveApart,
 	} {
 		if s(pl) {
 			break

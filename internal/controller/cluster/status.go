@@ -75,6 +75,7 @@ func (r *Reconciler) report(ctx context.Context, w *world, p plan, o outcome) er
 	setProgressing(w, p)
 	setDegraded(w, p)
 	setTLSHandover(w)
+	setMembersApart(w, p)
 	r.updateLock(ctx, w, p)
 	if equality.Semantic.DeepEqual(w.original.Status, w.cluster.Status) {
 		return nil

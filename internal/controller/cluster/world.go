@@ -46,6 +46,10 @@ type world struct {
 	// key of one, is missing.
 	secrets       map[string]*corev1.Secret
 	secretProblem string
+	// nodes are the cluster's nodes, read (from the cache) only when two
+	// running members share one (spread.go); nodesErr: they could not be.
+	nodes    []corev1.Node
+	nodesErr error
 	// handover is the TLS hand-over, if one runs (handover.go).
 	handover handover
 	// joinGate: the operator's image is configured, so a joining member's
