@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/seed74754924/etcd-operator/api/v1alpha2"
+	"github.com/seed74754924/etcd-operator/internal/controller/cluster"
 	"github.com/seed74754924/etcd-operator/internal/etcd"
 	"github.com/seed74754924/etcd-operator/internal/manifest"
 )
@@ -30,6 +31,9 @@ type scenario struct {
 	// finished, if set, must hold too for the scenario to be done (for
 	// work that leaves the cluster converged throughout).
 	finished func(h *harness) bool
+	// crowded starts the cluster with every node but one cordoned, so its
+	// members share that node, and lets it move them apart at once.
+	crowded bool
 }
 
 // TestCrashBetweenAnyTwoCalls kills the operator right after each mutating
@@ -115,6 +119,9 @@ func crashScenarios() []scenario {
 		{name: "recover from quorum loss", start: 3, target: 3, disrupt: func(h *harness) {
 			h.recoverWithConsent("c")
 		}, finished: recovered},
+		{name: "move members that share a node apart", start: 3, target: 3, crowded: true, disrupt: func(h *harness) {
+			h.cordon(false, nodeNames[1:3]...)
+		}, finished: apart, check: startedOnce},
 		{name: "members deleted by a user", start: 3, target: 3, disrupt: func(h *harness) {
 			for _, m := range h.members("c")[:2] {
 				if err := h.c.Delete(context.Background(), &m); err != nil {
@@ -182,8 +189,14 @@ func prepared(t *testing.T, sc scenario) *harness {
 	if sc.auth && !sc.noPassword {
 		h.putPassword("first")
 	}
+	if sc.crowded {
+		h.cordon(true, nodeNames[1:]...)
+	}
 	if sc.start > 0 {
 		h.createCluster("c", sc.start, func(c *v1alpha2.EtcdCluster) {
+			if sc.crowded {
+				c.Annotations = map[string]string{cluster.AnnotationMoveApartAfter: "0s"}
+			}
 			if sc.version != "" {
 				c.Spec.Version = sc.version
 			}
@@ -259,6 +272,29 @@ func publishLate(h *harness, steps int) {
 			if age[peer]++; age[peer] >= steps {
 				h.etcd.Publish(peer)
 			}
+		}
+	}
+}
+
+// apart: every running member's Pod on a node of its own.
+func apart(h *harness) bool {
+	used := map[string]bool{}
+	for _, m := range h.members("c") {
+		node := h.nodeOf(m.Name)
+		if m.DeletionTimestamp != nil || node == "" || used[node] {
+			return false
+		}
+		used[node] = true
+	}
+	return true
+}
+
+// startedOnce checks that no member was started twice: a move replaces a
+// member, it never restarts one.
+func startedOnce(h *harness) {
+	for name, n := range h.incarnations() {
+		if n > 1 {
+			h.t.Errorf("member %s was started %d times", name, n)
 		}
 	}
 }

@@ -131,8 +131,11 @@ func (h *harness) kubelet() {
 	}
 }
 
-// schedule binds a Pod to a node that is up, unless its required node
-// affinity matches no node (the stand-in's nodes have no labels to match).
+// schedule binds a Pod to a node that is up and not cordoned, unless its
+// required node affinity matches no node (the stand-in's nodes have no
+// labels to match). Like the scheduler scoring the members' preferred
+// anti-affinity, it takes a node without a Pod of the same cluster when
+// there is one.
 func (h *harness) schedule(p *corev1.Pod) bool {
 	if p.Spec.NodeName != "" {
 		return true
@@ -142,23 +145,43 @@ func (h *harness) schedule(p *corev1.Pod) bool {
 		_ = h.raw.Status().Update(context.Background(), p)
 		return false
 	}
+	node := h.pickNode(p)
+	if node == "" {
+		return false
+	}
+	p.Spec.NodeName = node
+	if err := h.raw.Update(context.Background(), p); err != nil {
+		h.t.Fatalf("binding %s: %v", p.Name, err)
+	}
+	h.nodes[p.Name] = node
+	h.ips++
+	p.Status.PodIP = fmt.Sprintf("10.0.%d.%d", h.ips/250, h.ips%250+1)
+	setPodCondition(p, corev1.PodScheduled, corev1.ConditionTrue, "")
+	return true
+}
+
+// pickNode is the next node round the ring that is up and not cordoned,
+// one without a Pod of p's cluster first.
+func (h *harness) pickNode(p *corev1.Pod) string {
+	taken := map[string]bool{}
+	list := &corev1.PodList{}
+	_ = h.raw.List(context.Background(), list, client.MatchingLabels{manifest.LabelCluster: p.Labels[manifest.LabelCluster]})
+	for _, o := range list.Items {
+		taken[o.Spec.NodeName] = true
+	}
+	fallback := ""
 	for range nodeNames {
 		node := nodeNames[h.nextNode%len(nodeNames)]
 		h.nextNode++
-		if h.downNodes[node] || h.cordoned[node] {
-			continue
+		switch {
+		case h.downNodes[node] || h.cordoned[node]:
+		case !taken[node]:
+			return node
+		case fallback == "":
+			fallback = node
 		}
-		p.Spec.NodeName = node
-		if err := h.raw.Update(context.Background(), p); err != nil {
-			h.t.Fatalf("binding %s: %v", p.Name, err)
-		}
-		h.nodes[p.Name] = node
-		h.ips++
-		p.Status.PodIP = fmt.Sprintf("10.0.%d.%d", h.ips/250, h.ips%250+1)
-		setPodCondition(p, corev1.PodScheduled, corev1.ConditionTrue, "")
-		return true
 	}
-	return false
+	return fallback
 }
 
 // runPod starts or observes the Pod's etcd and sets its status. A join gate
@@ -593,4 +616,21 @@ func restoreSource(m *v1alpha2.EtcdMember) string {
 	}
 	b, _ := json.Marshal(m.Spec.Restore)
 	return string(b)
+}
+
+// cordon marks nodes unschedulable (or schedulable again), on the Node as
+// kubectl cordon does, for the operator to see, and for the stand-in
+// scheduler.
+func (h *harness) cordon(on bool, nodes ...string) {
+	for _, name := range nodes {
+		n := &corev1.Node{}
+		if err := h.raw.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
+			h.t.Fatal(err)
+		}
+		n.Spec.Unschedulable = on
+		if err := h.raw.Update(context.Background(), n); err != nil {
+			h.t.Fatal(err)
+		}
+		h.cordoned[name] = on
+	}
 }
