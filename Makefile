@@ -315,6 +315,24 @@ test-e2e-full: $(E2E_DEPS) image-faults ## Every end-to-end suite (needs root; a
 run-e2e-full:
 	$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 75m -parallel 2 ./test/e2e/... | $(RECORD) e2e
 
+# The operator upgrade drill (TestOperatorUpgrade) starts from the previous
+# release: the last tag once there is one; until then this pinned commit of
+# main, whose image and chart hack/previous-release.sh builds from this
+# clone's history into bin/previous/.
+UPGRADE_FROM ?= 7ee4cdedb03c1cf3a2ba64c2049e01b42fe6c0bc
+.PHONY: previous-release
+previous-release: ## (tests) The image and chart of the release the upgrade drill starts from (UPGRADE_FROM).
+	hack/previous-release.sh $(UPGRADE_FROM) bin/previous
+
+.PHONY: test-upgrade
+test-upgrade: $(E2E_DEPS) previous-release ## The operator upgrade drill on a sandbox of its own: the previous release, then helm upgrade, then helm rollback (needs root).
+	@$(MAKE) --no-print-directory run-upgrade
+
+.PHONY: run-upgrade
+run-upgrade:
+	E2E_UPGRADE_FROM="$(CURDIR)/bin/previous/$$(git rev-parse --verify '$(UPGRADE_FROM)^{commit}')" \
+		$(TOOLS_ENV) $(GO) test -json -count=1 -timeout 40m -run '^TestOperatorUpgrade$$' ./test/e2e/ | $(RECORD) upgrade
+
 .PHONY: bench
 bench: tools sandbox-deps sandbox-bin image image-faults ## Time the scenarios of DESIGN.md section 6 on a fresh sandbox; prints a table, writes bench/results.json.
 	$(TOOLS_ENV) $(GO) test -count=1 -tags bench -timeout 60m -run '^TestBench$$' -v ./test/e2e/ | grep -v '^=== \|^--- \|^PASS\|^ok '
@@ -346,7 +364,8 @@ TEST_STEPS := static:tools static:check-generate static:vet static:lint unit:uni
 
 # make test-full: the same steps with every end-to-end suite.
 TEST_FULL_STEPS := $(filter-out integration:run-integration+e2e:run-e2e,$(TEST_STEPS)) \
-	static:image-faults integration:run-integration-full+e2e:run-e2e-full
+	static:image-faults integration:run-integration-full+e2e:run-e2e-full \
+	static:previous-release upgrade:run-upgrade
 
 .PHONY: test-full
 test-full: $(TESTTIMES) ## make test with every end-to-end suite (about 45 minutes): run before calling an issue that touches a suite's area resolved.

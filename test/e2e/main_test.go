@@ -143,6 +143,9 @@ func setUp(ctx context.Context, tmp string) error {
 		return fmt.Errorf("loading %s (run `make image`): %w", tarball, err)
 	}
 	image = refs[0]
+	if from := upgradeFrom(); from != "" {
+		return installPreviousRelease(ctx, from)
+	}
 	return installMainOperator(ctx)
 }
 
@@ -250,8 +253,13 @@ func installOperatorImage(img, release, ns string, crds bool, env map[string]str
 // installOperatorValues installs the chart with the given operator image and
 // more values (name=value each).
 func installOperatorValues(img, release, ns string, crds bool, env map[string]string, values []string, watch ...string) error {
+	return installChart(chartPath(), img, release, ns, crds, env, values, watch...)
+}
+
+// installChart installs (or upgrades to) the given chart.
+func installChart(chart, img, release, ns string, crds bool, env map[string]string, values []string, watch ...string) error {
 	repo, tag, _ := strings.Cut(img, ":")
-	args := []string{"upgrade", "--install", release, chartPath(),
+	args := []string{"upgrade", "--install", release, chart,
 		"--namespace", ns, "--create-namespace", "--wait", "--timeout", "3m",
 		"--set", "image.repository=" + repo, "--set-string", "image.tag=" + tag,
 		"--set", fmt.Sprintf("crds.enabled=%t", crds), "--set", "manager.logLevel=debug"}
