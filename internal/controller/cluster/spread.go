@@ -165,7 +165,9 @@ func (pl *planner) moveCandidate(shared map[string][]string) (*finding, *v1alpha
 	}
 	for _, o := range w.running() {
 		if c := conditions.Get(o.Status.Conditions, conditions.Ready); c != nil && w.now.Sub(c.LastTransitionTime.Time) < settle {
-			pl.p.requeue = settle
+			if pl.p.requeue == 0 || settle < pl.p.requeue {
+				pl.p.requeue = settle
+			}
 			return &finding{conditions.ReasonSharingNode, what + "; waiting for member " + o.Name + " to settle"}, nil, ""
 		}
 	}
