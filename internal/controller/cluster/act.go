@@ -79,7 +79,7 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return outcome{err: r.release(ctx, w, c.member, c.message)}
 	case removeStray:
 		return r.removeStray(ctx, w, c)
-	case deleteMember:
+	case deleteMember, moveApart:
 		return r.deleteAndRemove(ctx, w, c)
 	case setDormant, wake:
 		return outcome{err: r.setDormant(ctx, w, c.member, c.kind == setDormant)}
@@ -95,8 +95,6 @@ func (r *Reconciler) act(ctx context.Context, w *world, c *change) outcome {
 		return outcome{err: r.actRecovery(ctx, w, c)}
 	case takeSnapshot:
 		return outcome{err: r.takeSnapshot(ctx, w, c)}
-	case moveApart:
-		return outcome{err: r.moveMemberApart(ctx, w, c)}
 	}
 	return outcome{err: fmt.Errorf("unknown change %d", c.kind)}
 }

@@ -131,10 +131,14 @@ func (r *Reconciler) removeStray(ctx context.Context, w *world, c *change) outco
 	return outcome{requeue: etcdRetry}
 }
 
-// deleteAndRemove deletes the member and, when the change says so (a
-// scale-down), removes it from etcd in the same pass. A removal etcd made of
+// deleteAndRemove deletes the member (a move apart records itself first,
+// spread.go) and, when the change says so (a scale-down), removes it from
+// etcd in the same pass. A removal etcd made of
 // a member that did not lead lets the pass go on to the next (see goOn).
 func (r *Reconciler) deleteAndRemove(ctx context.Context, w *world, c *change) outcome {
+	if c.kind == moveApart {
+		return outcome{err: r.moveMemberApart(ctx, w, c)}
+	}
 	if err := r.deleteMember(ctx, w, c.member, c.reason, c.message); err != nil || !c.thenRemove {
 		return outcome{err: err}
 	}
