@@ -53,11 +53,15 @@ const AnnotationMoveApartAfter = manifest.Prefix + "move-apart-after"
 // rebooting) moves nothing.
 const defaultMoveApartAfter = 10 * time.Minute
 
-// sharedNodes maps each node that runs the Pods of two or more running
-// members to their names.
+// sharedNodes maps each node that runs the Pods of two or more members to
+// their names. A leaving member counts while its Pod runs: it still serves
+// and votes there.
 func sharedNodes(w *world) map[string][]string {
 	on := map[string][]string{}
-	for _, m := range w.running() {
+	for _, m := range w.members {
+		if m.Spec.Dormant {
+			continue
+		}
 		if pod := w.pods[m.Name]; pod != nil && pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
 			on[pod.Spec.NodeName] = append(on[pod.Spec.NodeName], m.Name)
 		}

@@ -209,6 +209,15 @@ func TestMembersApartCondition(t *testing.T) {
 	if c := cond(moving); c == nil || c.Reason != conditions.ReasonMovingApart || !strings.Contains(c.Message, "member m2 is moving off node a") {
 		t.Errorf("during a move: %+v", c)
 	}
+	// The replacement runs on a node of its own, but the member it
+	// replaces still serves beside another until it has left.
+	replaced := crowded(onNodes("a", "b", "a"), movedBefore("m2", 3, "b", "c"), deletedMember("m2"), func(w *world) {
+		addMember(w, "m3", t0.Add(time.Hour))
+		w.pods["m3"].Spec.NodeName = "c"
+	})
+	if c := cond(replaced); c == nil || c.Reason != conditions.ReasonMovingApart {
+		t.Errorf("while the moved member still serves: %+v", c)
+	}
 	onNodes("a", "b", "c")(w)
 	if c := cond(w); c == nil || c.Status != metav1.ConditionTrue || c.Reason != conditions.ReasonApart {
 		t.Errorf("apart again: %+v", c)
