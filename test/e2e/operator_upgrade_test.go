@@ -55,8 +55,10 @@ func installPreviousRelease(ctx context.Context, dir string) error {
 func memberPodUIDs(t *testing.T, clusters ...string) map[string]types.UID {
 	out := map[string]types.UID{}
 	for _, c := range clusters {
-		for name, p := range pods(t, upgradeNS, c) {
-			out[name] = p.UID
+		ps := pods(t, upgradeNS, c)
+		for _, m := range members(t, upgradeNS, c) {
+			// A snapshot Job's Pod carries the cluster's label too.
+			out[m.Name] = ps[m.Name].UID
 		}
 	}
 	return out
@@ -106,6 +108,7 @@ func TestOperatorUpgrade(t *testing.T) {
 
 	// Made by the previous release.
 	s3 := startS3(t, ns)
+	s3.makeBucket(t, "backups")
 	newCluster(t, ns, "disk", 3)
 	newCluster(t, ns, "mem", 3, func(c *v1alpha2.EtcdCluster) {
 		c.Spec.Storage = v1alpha2.StorageSpec{Medium: v1alpha2.StorageMediumMemory, Size: resource.MustParse("256Mi")}
@@ -215,7 +218,7 @@ func untouched(t *testing.T, when string, running []string, uids map[string]type
 		return true, ""
 	})
 	for _, c := range running {
-		waitReconciled(t, upgradeNS, c, len(pods(t, upgradeNS, c)), 2*time.Minute)
+		waitReconciled(t, upgradeNS, c, len(members(t, upgradeNS, c)), 2*time.Minute)
 	}
 }
 
