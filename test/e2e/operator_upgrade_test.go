@@ -98,7 +98,7 @@ func operatorImage(t *testing.T) string {
 func TestOperatorUpgrade(t *testing.T) {
 	from := upgradeFrom()
 	if from == "" {
-		t.Skip("the operator upgrade drill needs a sandbox of its own: make test-upgrade (part of make test-full)")
+		t.Fatal("the operator upgrade drill needs a sandbox of its own with the previous release installed: run make test-upgrade (part of make test-full)")
 	}
 	ns := namespace(t, upgradeNS)
 	ctx := context.Background()
