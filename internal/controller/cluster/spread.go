@@ -109,7 +109,7 @@ func (pl *planner) moveApart() bool {
 	if len(shared) == 0 || w.etcd.list == nil || !targetReached(w) {
 		return false
 	}
-	f, m, node := pl.moveCandidate(shared)
+	f, m, node, fits := pl.moveCandidate(shared)
 	if m == nil {
 		pl.p.apart = f
 		return false
@@ -118,7 +118,6 @@ func (pl *planner) moveApart() bool {
 		pl.p.apart = &finding{conditions.ReasonSharingNode, fmt.Sprintf("Member %s shares node %s; moving it waits: %s", m.Name, node, d.Reason)}
 		return false
 	}
-	fits := fittingNodes(w, w.pods[m.Name])
 	msg := fmt.Sprintf("Moving member %s off node %s, which it shares with %s: a replacement joins first, on a node of its own if the scheduler finds one (%s fit)",
 		m.Name, node, strings.Join(slices.DeleteFunc(slices.Clone(shared[node]), func(n string) bool { return n == m.Name }), ", "), strings.Join(fits, ", "))
 	pl.working(conditions.ReasonMovingApart, "%s", msg)
@@ -128,36 +127,37 @@ func (pl *planner) moveApart() bool {
 	}})
 }
 
-// moveCandidate chooses the member to move, or says why none moves.
-func (pl *planner) moveCandidate(shared map[string][]string) (*finding, *v1alpha2.EtcdMember, string) {
+// moveCandidate chooses the member to move, its node and the nodes that fit
+// it, or says why none moves.
+func (pl *planner) moveCandidate(shared map[string][]string) (*finding, *v1alpha2.EtcdMember, string, []string) {
 	w := pl.w
 	node := mostShared(shared)
 	what := fmt.Sprintf("Members %s share node %s", strings.Join(shared[node], ", "), node)
 	if a := w.cluster.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
-		return &finding{conditions.ReasonSharingNode, what + "; spec.affinity sets its own pod anti-affinity, so the operator leaves placement to it"}, nil, ""
+		return &finding{conditions.ReasonSharingNode, what + "; spec.affinity sets its own pod anti-affinity, so the operator leaves placement to it"}, nil, "", nil
 	}
 	after, ok, err := moveApartAfter(w.cluster)
 	switch {
 	case err != nil:
-		return &finding{conditions.ReasonSharingNode, what + "; no member is moved: " + err.Error()}, nil, ""
+		return &finding{conditions.ReasonSharingNode, what + "; no member is moved: " + err.Error()}, nil, "", nil
 	case !ok:
-		return &finding{conditions.ReasonSharingNode, what + "; annotation " + AnnotationMoveApartAfter + "=never keeps them there"}, nil, ""
+		return &finding{conditions.ReasonSharingNode, what + "; annotation " + AnnotationMoveApartAfter + "=never keeps them there"}, nil, "", nil
 	}
 	if w.nodesErr != nil {
-		return &finding{conditions.ReasonSharingNode, what + "; the nodes could not be read: " + w.nodesErr.Error()}, nil, ""
+		return &finding{conditions.ReasonSharingNode, what + "; the nodes could not be read: " + w.nodesErr.Error()}, nil, "", nil
 	}
 	m := mover(w, shared[node])
 	if m == nil {
-		return &finding{conditions.ReasonSharingNode, what}, nil, ""
+		return &finding{conditions.ReasonSharingNode, what}, nil, "", nil
 	}
 	fits := fittingNodes(w, w.pods[m.Name])
 	if len(fits) == 0 {
-		return &finding{conditions.ReasonNoNodeFits, what + "; no other node fits a member (Ready, schedulable, taints tolerated, node selector and required node affinity matched) and holds none of this cluster's. A member moves once one does"}, nil, ""
+		return &finding{conditions.ReasonNoNodeFits, what + "; no other node fits a member (Ready, schedulable, taints tolerated, node selector and required node affinity matched) and holds none of this cluster's. A member moves once one does"}, nil, "", nil
 	}
 	if last := w.cluster.Status.LastMoveApart; moveDidNotHelp(w, last, shared, fits) {
 		return &finding{conditions.ReasonMoveDidNotHelp, fmt.Sprintf(
 			"%s; moving member %s off node %s at %s left members sharing nodes as before (the scheduler placed its replacement beside another member, for its resources perhaps), "+
-				"so no member moves until the nodes that fit (%s) change", what, last.Member, last.Node, last.Time.UTC().Format(time.RFC3339), strings.Join(fits, ", "))}, nil, ""
+				"so no member moves until the nodes that fit (%s) change", what, last.Member, last.Node, last.Time.UTC().Format(time.RFC3339), strings.Join(fits, ", "))}, nil, "", nil
 	}
 	since := sharedSince(w, shared[node])
 	if wait := since.Add(after).Sub(w.now); wait > 0 {
@@ -165,17 +165,17 @@ func (pl *planner) moveCandidate(shared map[string][]string) (*finding, *v1alpha
 			pl.p.requeue = wait
 		}
 		return &finding{conditions.ReasonSharingNode, fmt.Sprintf("%s; one moves to a node of its own (%s fit) once they have shared it for %s (annotation %s)",
-			what, strings.Join(fits, ", "), after, AnnotationMoveApartAfter)}, nil, ""
+			what, strings.Join(fits, ", "), after, AnnotationMoveApartAfter)}, nil, "", nil
 	}
 	for _, o := range w.running() {
 		if c := conditions.Get(o.Status.Conditions, conditions.Ready); c != nil && w.now.Sub(c.LastTransitionTime.Time) < settle {
 			if pl.p.requeue == 0 || settle < pl.p.requeue {
 				pl.p.requeue = settle
 			}
-			return &finding{conditions.ReasonSharingNode, what + "; waiting for member " + o.Name + " to settle"}, nil, ""
+			return &finding{conditions.ReasonSharingNode, what + "; waiting for member " + o.Name + " to settle"}, nil, "", nil
 		}
 	}
-	return nil, m, node
+	return nil, m, node, fits
 }
 
 // moveDidNotHelp: the last move is done (its member is no longer running),
